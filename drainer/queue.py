@@ -1,0 +1,235 @@
+"""The queue's lifecycle operations: one function per statement of `sql/queries.sql`.
+
+Every function takes the caller's connection. `enqueue` joins the caller's
+transaction (the point of a table queue); the others are single statements that
+commit at once on drainer's autocommit connections. `now` lets tests pretend the
+database clock says another time; production passes None and `now()` decides.
+"""
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import psycopg
+
+from .errors import BadInput, translated
+from .sql import QUERIES
+
+ARCHIVE_BATCH = 10_000
+MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job. `attempts` is this claim's attempt number: the ownership token."""
+
+    id: int
+    queue: str
+    payload: dict
+    attempts: int
+    max_attempts: int
+
+
+def _run(conn: psycopg.Connection, name: str, params: dict | None = None) -> psycopg.Cursor:
+    with translated():
+        return conn.execute(QUERIES[name], params or {})
+
+
+def _pairs(jobs: Sequence[Job]) -> dict:
+    return {"ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs]}
+
+
+def check_queue(queue: str) -> str:
+    """The queue name, or BadInput when no NOTIFY could carry it."""
+    if not isinstance(queue, str) or not queue or "\x00" in queue:
+        raise BadInput("a queue name must be a non-empty string without NUL characters")
+    if len(queue.encode()) > MAX_QUEUE_NAME:
+        raise BadInput(f"a queue name must be at most {MAX_QUEUE_NAME} bytes")
+    return queue
+
+
+def encode_payload(payload: object) -> str:
+    """The payload as JSON text PostgreSQL's jsonb accepts, or BadInput saying why not."""
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise BadInput(f"the payload is not JSON-serialisable: {exc}") from exc
+    if "\x00" in text or "\\u0000" in text:
+        raise BadInput("the payload contains a NUL character, which jsonb cannot store")
+    return text
+
+
+def _when(run_at: datetime | None, delay: float | timedelta | None) -> dict:
+    if run_at is not None and delay is not None:
+        raise BadInput("give run_at or delay, not both")
+    if isinstance(delay, int | float):
+        delay = timedelta(seconds=delay)
+    return {"run_at": run_at, "delay": delay}
+
+
+def enqueue(
+    conn: psycopg.Connection,
+    queue: str,
+    payload: object,
+    *,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Insert one job in the caller's transaction and return its id."""
+    params = {
+        "queue": check_queue(queue),
+        "payload": encode_payload(payload),
+        "max_attempts": max_attempts,
+        "now": now,
+        **_when(run_at, delay),
+    }
+    return _run(conn, "enqueue", params).fetchone()[0]
+
+
+def enqueue_many(
+    conn: psycopg.Connection,
+    queue: str,
+    payloads: Iterable[object],
+    *,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Bulk insert with COPY in the caller's transaction (all or nothing); returns the count.
+
+    run_at is computed once by the database clock, then copied with every row.
+    """
+    check_queue(queue)
+    with translated(), conn.transaction():
+        when = _run(conn, "db_time", {"now": now, **_when(run_at, delay)}).fetchone()[0]
+        attempts = 5 if max_attempts is None else max_attempts
+        count = 0
+        with conn.cursor().copy(QUERIES["copy_jobs"]) as copy:
+            for payload in payloads:
+                count += 1
+                try:
+                    text = encode_payload(payload)
+                except BadInput as exc:
+                    raise BadInput(f"payload {count}: {exc}; nothing was enqueued") from exc
+                copy.write_row((queue, text, when, attempts))
+    return count
+
+
+def claim(
+    conn: psycopg.Connection,
+    queues: Sequence[str],
+    batch_size: int,
+    lease: timedelta,
+    *,
+    now: datetime | None = None,
+) -> list[Job]:
+    """Claim up to `batch_size` ready jobs, oldest run_at first; commits at once."""
+    params = {"queues": list(queues), "limit": batch_size, "lease": lease, "now": now}
+    return [Job(*row) for row in _run(conn, "claim", params)]
+
+
+def complete(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
+    """Mark jobs done; returns the ids that were still ours (the others are lost)."""
+    if not jobs:
+        return set()
+    return {row[0] for row in _run(conn, "complete", _pairs(jobs))}
+
+
+def fail(
+    conn: psycopg.Connection,
+    failures: Sequence[tuple[Job, str]],
+    *,
+    now: datetime | None = None,
+) -> dict[int, str]:
+    """Record failures (retry with backoff, or failed at max_attempts).
+
+    Returns {id: new status} for the jobs that were still ours.
+    """
+    if not failures:
+        return {}
+    params = {**_pairs([job for job, _ in failures]), "errors": [e for _, e in failures]}
+    return dict(_run(conn, "fail", {**params, "now": now}).fetchall())
+
+
+def extend(
+    conn: psycopg.Connection,
+    jobs: Sequence[Job],
+    lease: timedelta,
+    *,
+    now: datetime | None = None,
+) -> set[int]:
+    """Push the leases of running jobs forward; returns the ids still ours."""
+    if not jobs:
+        return set()
+    return {row[0] for row in _run(conn, "extend", {**_pairs(jobs), "lease": lease, "now": now})}
+
+
+def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
+    """Give back claimed jobs that never started, attempt included."""
+    if not jobs:
+        return set()
+    return {row[0] for row in _run(conn, "release", _pairs(jobs))}
+
+
+def start(conn: psycopg.Connection, *, now: datetime | None = None) -> tuple[int, bool]:
+    """Reap expired leases of every queue; returns (reaped, has_archive_table)."""
+    reaped, has_archive = _run(conn, "start", {"now": now}).fetchone()
+    return reaped, has_archive
+
+
+def reap(conn: psycopg.Connection, *, now: datetime | None = None) -> int:
+    """Expired leases back to queued (or failed at max_attempts); returns how many."""
+    return start(conn, now=now)[0]
+
+
+def archive(
+    conn: psycopg.Connection,
+    older_than: timedelta,
+    *,
+    batch: int = ARCHIVE_BATCH,
+    to_table: bool = True,
+    now: datetime | None = None,
+) -> int:
+    """Move (or delete, without the archive table) done rows older than `older_than`,
+    at most `batch` per statement, until none is left; returns how many."""
+    name = "archive_move" if to_table else "archive_delete"
+    params = {"older_than": older_than, "limit": batch, "now": now}
+    total = 0
+    while True:
+        moved = _run(conn, name, params).rowcount
+        total += moved
+        # Fewer rows than the limit means no more are old enough this round.
+        if moved < batch:
+            return total
+
+
+def next_due(
+    conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None
+) -> datetime | None:
+    """When more work of `queues` becomes ready: now() if some is ready, None if none is left."""
+    return _run(conn, "next_due", {"queues": list(queues), "now": now}).fetchone()[0]
+
+
+def has_archive(conn: psycopg.Connection) -> bool:
+    """Whether `migrate` created the archive table (else archiving deletes)."""
+    return _run(conn, "has_archive").fetchone()[0]
+
+
+def requeue(
+    conn: psycopg.Connection, *, queue: str | None = None, ids: Sequence[int] = ()
+) -> list[int]:
+    """Failed jobs of `queue`, or with these ids, back to queued with fresh attempts."""
+    if queue is not None:
+        rows = _run(conn, "requeue_queue", {"queue": queue})
+    else:
+        rows = _run(conn, "requeue_ids", {"ids": list(ids)})
+    return sorted(row[0] for row in rows)
+
+
+def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
+    """Withdraw queued jobs: status failed, last_error 'cancelled'; returns those withdrawn."""
+    return sorted(row[0] for row in _run(conn, "cancel", {"ids": list(ids)}))

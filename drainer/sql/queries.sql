@@ -1,0 +1,192 @@
+-- Every statement drainer sends at run time, named. Loaded once by drainer/sql.py.
+-- Writes after the claim are all guarded by id AND status = 'running' AND attempts,
+-- so a worker can only change a job it still owns. Times come from now(); durations
+-- arrive as intervals.
+
+-- name: migrate_lock
+-- Serialises concurrent `migrate` runs; released at commit.
+SELECT pg_advisory_xact_lock(hashtext('drainer.migrate'));
+
+-- name: migrate_version_table
+CREATE TABLE IF NOT EXISTS drainer_schema (
+  version    int         PRIMARY KEY,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM drainer_schema;
+
+-- name: has_version_table
+SELECT to_regclass('drainer_schema') IS NOT NULL;
+
+-- name: record_version
+INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING;
+
+-- name: start
+-- One round trip at the start of a drain: reap every queue's expired leases (a
+-- serverless deployment may have no other reaper) and learn whether `migrate`
+-- created the archive table. Fails with undefined_table when `jobs` is missing.
+WITH reaped AS (
+  UPDATE jobs
+  SET status       = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
+      locked_until = NULL,
+      last_error   = coalesce(last_error, 'lease expired')
+  WHERE status = 'running' AND locked_until < coalesce(%(now)s, now())
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
+
+-- name: claim
+-- The article's claim, for several queues at once: each queue's oldest ready rows
+-- come from jobs_ready_idx (Limit > LockRows > Index Scan), then the oldest
+-- overall are taken. Rows locked but not taken are released at once by the commit.
+WITH next AS (
+  SELECT c.id
+  FROM unnest(%(queues)s::text[]) AS q(name)
+  CROSS JOIN LATERAL (
+    SELECT id, run_at FROM jobs
+    WHERE queue = q.name AND status = 'queued' AND run_at <= coalesce(%(now)s, now())
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+  ) AS c
+  ORDER BY c.run_at
+  LIMIT %(limit)s
+)
+UPDATE jobs j
+SET status       = 'running',
+    attempts     = j.attempts + 1,
+    locked_until = coalesce(%(now)s, now()) + %(lease)s
+FROM next
+WHERE j.id = next.id
+RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts;
+
+-- name: complete
+-- A whole batch of successes in one statement; returns the ids still ours.
+UPDATE jobs j
+SET status = 'done', locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+RETURNING j.id;
+
+-- name: fail
+-- A whole batch of failures in one statement: retry after
+-- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts.
+UPDATE jobs j
+SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+    run_at       = coalesce(%(now)s, now())
+                   + least(interval '1 hour', interval '10 seconds' * 2 ^ j.attempts),
+    locked_until = NULL,
+    last_error   = t.error
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[]) AS t(id, attempts, error)
+WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+RETURNING j.id, j.status;
+
+-- name: extend
+-- Lease heartbeat for jobs still running; returns the ids still ours.
+UPDATE jobs j
+SET locked_until = coalesce(%(now)s, now()) + %(lease)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+RETURNING j.id;
+
+-- name: release
+-- Claimed but never started (deadline, signal): back to queued with the attempt
+-- given back, as if never claimed.
+UPDATE jobs j
+SET status = 'queued', attempts = j.attempts - 1, locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+RETURNING j.id;
+
+-- name: has_archive
+SELECT to_regclass('jobs_archive') IS NOT NULL;
+
+-- name: archive_move
+-- At most %(limit)s done rows older than the retention leave `jobs` for the archive.
+WITH moved AS (
+  DELETE FROM jobs
+  WHERE id IN (
+    SELECT id FROM jobs
+    WHERE status = 'done' AND created_at < coalesce(%(now)s, now()) - %(older_than)s
+    LIMIT %(limit)s
+  )
+  RETURNING id, queue, payload, status, run_at, attempts, max_attempts, last_error, created_at
+)
+INSERT INTO jobs_archive (id, queue, payload, status, run_at, attempts, max_attempts,
+                          last_error, created_at)
+SELECT * FROM moved
+ON CONFLICT (id) DO NOTHING;
+
+-- name: archive_delete
+-- The article's batched delete, when `migrate` has not created the archive table.
+DELETE FROM jobs
+WHERE id IN (
+  SELECT id FROM jobs
+  WHERE status = 'done' AND created_at < coalesce(%(now)s, now()) - %(older_than)s
+  LIMIT %(limit)s
+);
+
+-- name: next_due
+-- The earliest moment more work of these queues becomes ready: a queued job's
+-- run_at or a running job's lease end, clamped to now() when work is ready already,
+-- NULL when nothing is left.
+SELECT CASE WHEN due IS NULL THEN NULL ELSE greatest(due, coalesce(%(now)s, now())) END
+FROM (SELECT least(
+        (SELECT min(r.run_at)
+         FROM unnest(%(queues)s::text[]) AS q(name)
+         CROSS JOIN LATERAL (
+           SELECT run_at FROM jobs
+           WHERE queue = q.name AND status = 'queued'
+           ORDER BY run_at LIMIT 1
+         ) AS r),
+        (SELECT min(locked_until) FROM jobs
+         WHERE status = 'running' AND queue = ANY(%(queues)s::text[]))
+      ) AS due) AS d;
+
+-- name: enqueue
+INSERT INTO jobs (queue, payload, run_at, max_attempts)
+VALUES (%(queue)s, %(payload)s::jsonb,
+        coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0')),
+        coalesce(%(max_attempts)s, 5))
+RETURNING id;
+
+-- name: db_time
+-- The database's notion of a run_at, so bulk COPY rows carry the server's clock.
+SELECT coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0'));
+
+-- name: copy_jobs
+COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
+
+-- name: requeue_queue
+UPDATE jobs
+SET status = 'queued', run_at = now(), attempts = 0, locked_until = NULL
+WHERE status = 'failed' AND queue = %(queue)s
+RETURNING id;
+
+-- name: requeue_ids
+UPDATE jobs
+SET status = 'queued', run_at = now(), attempts = 0, locked_until = NULL
+WHERE status = 'failed' AND id = ANY(%(ids)s::bigint[])
+RETURNING id;
+
+-- name: cancel
+-- Withdraw a queued job; the article's four statuses stay the only ones.
+UPDATE jobs
+SET status = 'failed', last_error = 'cancelled'
+WHERE status = 'queued' AND id = ANY(%(ids)s::bigint[])
+RETURNING id;
+
+-- name: stats
+SELECT j.queue, j.status, count(*) AS jobs,
+       extract(epoch FROM now() - min(j.run_at) FILTER (
+         WHERE j.status = 'queued' AND j.run_at <= now())) AS oldest_ready_seconds,
+       count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired_leases
+FROM jobs j
+GROUP BY j.queue, j.status
+ORDER BY j.queue, j.status;
+
+-- name: table_health
+SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum
+FROM pg_stat_user_tables
+WHERE relid = to_regclass('jobs');

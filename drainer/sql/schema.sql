@@ -1,0 +1,59 @@
+-- The drainer schema, as numbered migrations applied in order by `drainer migrate`.
+-- Every statement is idempotent, so a database whose `jobs` table was created by
+-- hand from the article upgrades cleanly. Only `jobs` is required at run time;
+-- everything after migration 1 is used when present.
+
+-- migration: 1  the article's table and partial index, column for column
+CREATE TABLE IF NOT EXISTS jobs (
+  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  queue        text        NOT NULL DEFAULT 'default',
+  payload      jsonb       NOT NULL,
+  status       text        NOT NULL DEFAULT 'queued'
+               CHECK (status IN ('queued', 'running', 'done', 'failed')),
+  run_at       timestamptz NOT NULL DEFAULT now(),
+  attempts     int         NOT NULL DEFAULT 0,
+  max_attempts int         NOT NULL DEFAULT 5,
+  locked_until timestamptz,
+  last_error   text,
+  created_at   timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'queued';
+
+-- migration: 2  indexes for the reaper, next_due and the archiver
+-- Small partial indexes: only running rows (few) and done rows (by age), so the
+-- reaper and archiver never scan the whole history.
+CREATE INDEX IF NOT EXISTS jobs_running_idx ON jobs (locked_until) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS jobs_done_idx ON jobs (created_at) WHERE status = 'done';
+
+-- migration: 3  the archive table for finished rows
+CREATE TABLE IF NOT EXISTS jobs_archive (
+  id           bigint      PRIMARY KEY,
+  queue        text        NOT NULL,
+  payload      jsonb       NOT NULL,
+  status       text        NOT NULL,
+  run_at       timestamptz NOT NULL,
+  attempts     int         NOT NULL,
+  max_attempts int         NOT NULL,
+  last_error   text,
+  created_at   timestamptz NOT NULL,
+  archived_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- migration: 4  NOTIFY 'jobs' with the queue name when jobs are inserted
+-- A hint only (delivered at commit, merged, lost while nobody listens). One
+-- notification per distinct queue per statement, so a bulk COPY of 100,000 rows
+-- sends one notification, not 100,000.
+CREATE OR REPLACE FUNCTION jobs_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('jobs', q.queue) FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
+  RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS jobs_notify ON jobs;
+CREATE TRIGGER jobs_notify
+AFTER INSERT ON jobs
+REFERENCING NEW TABLE AS new_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify();

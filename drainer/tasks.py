@@ -1,0 +1,49 @@
+"""`@task("queue")`: the registry of functions that do the work, and loading their modules."""
+
+import importlib
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+
+from .errors import ConfigError
+from .queue import Job, check_queue
+
+Handler = Callable[[Job], object]
+
+_REGISTRY: dict[str, Handler] = {}
+
+
+def task(queue: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of `queue`.
+
+    Returning completes the job; raising retries it with backoff, and fails it
+    for good at max_attempts.
+    """
+    check_queue(queue)
+
+    def register(fn: Handler) -> Handler:
+        _REGISTRY[queue] = fn
+        return fn
+
+    return register
+
+
+def registered() -> dict[str, Handler]:
+    """Queue name -> handler, for every task imported so far."""
+    return dict(_REGISTRY)
+
+
+def load(modules: Iterable[str]) -> dict[str, Handler]:
+    """Import the task modules; a module that fails to import is a ConfigError showing why."""
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # the console script, unlike `python -m`, omits the cwd
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f" ({frame.filename}:{frame.lineno})" if frame else ""
+            raise ConfigError(
+                f"task module {name!r} failed to import: {type(exc).__name__}: {exc}{where}"
+            ) from exc
+    return registered()

@@ -1,0 +1,26 @@
+"""Test tasks: the payload says what the handler does."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from drainer import task
+
+
+@task("default")
+def behave(job):
+    p = job.payload
+    if "touch" in p:  # lets a test see that the handler started
+        Path(p["touch"]).write_text(f"{os.getpid()} {job.attempts}")
+    if "sleep" in p:
+        time.sleep(p["sleep"])
+    if "exit" in p:
+        sys.exit(p["exit"])
+    if "fail" in p:
+        raise RuntimeError(p["fail"])
+
+
+@task("other")
+def other(job):
+    pass

@@ -1,0 +1,1 @@
+import nonexistent_dependency_for_tests  # noqa: F401

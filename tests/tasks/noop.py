@@ -1,0 +1,6 @@
+from drainer import task
+
+
+@task("default")
+def noop(job):
+    pass
