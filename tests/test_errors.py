@@ -4,7 +4,7 @@ import psycopg
 import pytest
 
 from drainer import errors
-from drainer.cluster import free_port
+from drainer.cluster import PASSWORD_ROLE, free_port
 from drainer.db import connect
 
 SECRET = "s3cr3t-Pa55"
@@ -20,9 +20,10 @@ def test_wrong_port_is_database_unavailable():
 
 def test_wrong_password_is_authentication_failed(server, db_url):
     with server.admin() as admin:
-        admin.execute("DROP ROLE IF EXISTS pw_app")
-        admin.execute(f"CREATE ROLE pw_app LOGIN PASSWORD 'right-{SECRET}'")
-    url = server.url(psycopg.conninfo.conninfo_to_dict(db_url)["dbname"], "pw_app", SECRET)
+        admin.execute(f"DROP ROLE IF EXISTS {PASSWORD_ROLE}")
+        admin.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD 'right-{SECRET}'")
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    url = server.url(dbname, PASSWORD_ROLE, SECRET)
     try:
         connect(url).close()
     except errors.AuthenticationFailed as exc:
