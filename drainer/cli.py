@@ -17,7 +17,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from . import __version__, clock, config, queue, report, schema
-from .config import env_name, names, nonnegative_days, positive_int, positive_seconds
+from .config import (
+    env_name,
+    names,
+    nonnegative_days,
+    nonnegative_seconds,
+    positive_int,
+    positive_seconds,
+)
 from .db import connect
 from .errors import BadInput, ConfigError, DrainerError, password_of, redact
 from .progress import Progress
@@ -56,8 +63,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"drainer: error: {message} (see --help)\n")
 
 
-def _env_default(flag: str, kind: Callable, fallback: object) -> object:
-    name = env_name(flag)
+def _env_default(name: str, kind: Callable, fallback: object) -> object:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return fallback
@@ -67,10 +73,23 @@ def _env_default(flag: str, kind: Callable, fallback: object) -> object:
         raise ConfigError(f"{name}={raw!r}: {exc}") from exc
 
 
+def _checked(kind: Callable) -> Callable:
+    """`kind` with its ValueError message shown by argparse (it hides it otherwise)."""
+
+    def parse(text: str) -> object:
+        try:
+            return kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def _option(p: argparse.ArgumentParser, flag: str, kind: Callable, fallback: object,
-            text: str, **kw: object) -> None:
-    default = _env_default(flag, kind, fallback)
-    p.add_argument(flag, type=kind, default=default, help=f"{text} [{env_name(flag)}]", **kw)
+            text: str, *, env: str | None = None, **kw: object) -> None:
+    env = env or env_name(flag)
+    default = _env_default(env, kind, fallback)
+    p.add_argument(flag, type=_checked(kind), default=default, help=f"{text} [{env}]", **kw)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -78,7 +97,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     _option(g, "--database-url", str, None, "postgresql:// URL (else DATABASE_URL)",
             metavar="URL")
     g.add_argument("--no-prepare", action="store_true",
-                   default=bool(_env_default("--no-prepare", _flag, False)),
+                   default=bool(_env_default("DRAINER_NO_PREPARE", _flag, False)),
                    help="disable prepared statements, for transaction-mode poolers "
                         "(PgBouncer, RDS Proxy) [DRAINER_NO_PREPARE]")
 
@@ -93,9 +112,10 @@ def _flag(text: str) -> bool:
 
 def _drain_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("drain")
-    _option(g, "--queue", str, None, "drain only this queue (repeatable; default: every queue "
-            "that has a task; the variable is comma-separated)", action="append", dest="queue",
-            metavar="Q")
+    # Appending to a default would add the command line's queues to the variable's.
+    g.add_argument("--queue", action="append", type=check_queue_arg, metavar="Q",
+                   help="drain only this queue (repeatable; default: every queue that has a "
+                        "task) [DRAINER_QUEUES, comma-separated]")
     _option(g, "--tasks", names, [], "comma-separated modules that define @task handlers",
             metavar="MODULES")
     _option(g, "--batch-size", positive_int, None,
@@ -110,6 +130,13 @@ def _drain_options(p: argparse.ArgumentParser) -> None:
             "handlers run at once, on threads, for I/O-bound jobs (default 1)", metavar="N")
     _option(g, "--archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER.days,
             "days after which done jobs leave the jobs table (default 7)", metavar="DAYS")
+
+
+def check_queue_arg(text: str) -> str:
+    try:
+        return queue.check_queue(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,19 +158,30 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("payload", metavar="JSON", nargs="?",
                    help="the payload; omit it to read one JSON document per line from stdin")
     when = e.add_mutually_exclusive_group()
-    when.add_argument("--run-at", type=datetime.fromisoformat, metavar="ISO",
+    when.add_argument("--run-at", type=_checked(_iso), metavar="ISO",
                       help="not before this time (ISO-8601, e.g. 2026-12-24T08:00:00+00:00)")
-    when.add_argument("--delay", type=float, metavar="SECONDS",
+    when.add_argument("--delay", type=_checked(nonnegative_seconds), metavar="SECONDS",
                       help="not before this many seconds from now (database clock)")
-    e.add_argument("--max-attempts", type=positive_int, metavar="N",
+    e.add_argument("--max-attempts", type=_checked(positive_int), metavar="N",
                    help="attempts before the job fails for good (default 5)")
     parsers["stats"].add_argument("--json", action="store_true", help="one JSON document")
     r = parsers["requeue"]
-    r.add_argument("ids", metavar="ID", nargs="*", type=int, help="failed job ids")
-    r.add_argument("--queue", help="every failed job of this queue")
-    parsers["cancel"].add_argument("ids", metavar="ID", nargs="+", type=int,
+    r.add_argument("ids", metavar="ID", nargs="*", type=_checked(positive_int),
+                   help="failed job ids")
+    r.add_argument("--queue", type=check_queue_arg, help="every failed job of this queue")
+    parsers["cancel"].add_argument("ids", metavar="ID", nargs="+", type=_checked(positive_int),
                                    help="queued job ids")
     return top
+
+
+def _iso(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone; add one, e.g. +00:00")
+    return moment
 
 
 def _argv(argv: Sequence[str]) -> list[str]:
@@ -168,7 +206,7 @@ def _handlers(args: argparse.Namespace) -> tuple[dict, list[str]]:
     if not handlers:
         raise ConfigError("no tasks: name the modules that define @task handlers with "
                           "--tasks or DRAINER_TASKS")
-    queues = [q for item in (args.queue or []) for q in names(item)] or sorted(handlers)
+    queues = args.queue or names(os.environ.get("DRAINER_QUEUES", "")) or sorted(handlers)
     missing = [q for q in queues if q not in handlers]
     if missing:
         raise ConfigError(f"no task for queue {', '.join(map(repr, missing))}; "

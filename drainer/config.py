@@ -25,24 +25,38 @@ def in_cloud_function() -> bool:
     return any(os.environ.get(name) for name in CLOUD_MARKERS)
 
 
+def _number(text: str, kind: type, what: str) -> float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not {what}") from None
+
+
 def positive_int(text: str) -> int:
-    value = int(text)
+    value = _number(text, int, "a whole number")
     if value < 1:
-        raise ValueError("must be at least 1")
+        raise ValueError(f"{value} is too small: it must be at least 1")
     return value
 
 
 def positive_seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise ValueError("must be a number of seconds above 0")
+    value = _number(text, float, "a number of seconds")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{text!r} must be a number of seconds above 0")
+    return value
+
+
+def nonnegative_seconds(text: str) -> float:
+    value = _number(text, float, "a number of seconds")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{text!r} must be a number of seconds, 0 or more")
     return value
 
 
 def nonnegative_days(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError("must be a number of days, 0 or more")
+    value = _number(text, float, "a number of days")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{text!r} must be a number of days, 0 or more")
     return value
 
 
