@@ -9,6 +9,20 @@ from .errors import ConfigError, translated
 APPLICATION_NAME = "drainer"
 
 
+def parse_url(url: str) -> dict:
+    """The URL's parameters, or ConfigError (exit 2) for one libpq could never use."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        params = None
+    ports = str((params or {}).get("port") or "5432").split(",")
+    if params is None or not all(p.strip().isdigit() for p in ports):
+        raise ConfigError(
+            "the database URL is not valid; expected postgresql://user:password@host:port/db"
+        )
+    return params
+
+
 def connect(
     url: str,
     *,
@@ -27,12 +41,7 @@ def connect(
     options = ""
     if statement_timeout is not None:
         options = f"-c statement_timeout={int(statement_timeout.total_seconds() * 1000)}"
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        raise ConfigError(
-            "the database URL is not valid; expected postgresql://user:password@host:port/db"
-        ) from None
+    params = parse_url(url)
     with translated():
         conn = psycopg.connect(
             url,

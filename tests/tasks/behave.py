@@ -15,6 +15,8 @@ def behave(job):
         Path(p["touch"]).write_text(f"{os.getpid()} {job.attempts}")
     if "sleep" in p:
         time.sleep(p["sleep"])
+    if "sleep_first" in p and job.attempts == 1:  # hangs the first attempt only
+        time.sleep(p["sleep_first"])
     if "exit" in p:
         sys.exit(p["exit"])
     if "fail" in p:

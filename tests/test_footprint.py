@@ -1,0 +1,53 @@
+"""What a drain leaves on the database: no open transaction while a handler works,
+no session after exit, and at most 4 statements for an empty queue."""
+
+import psycopg
+import pytest
+
+import drainer
+from drainer.db import APPLICATION_NAME, connect
+from tests.conftest import run_cli
+from tests.test_processes import drainer_process, summary_of, wait_for
+
+
+def sessions(server, dbname: str) -> list[str]:
+    with server.admin() as admin:
+        return [r[0] for r in admin.execute(
+            "SELECT state FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+            (dbname, APPLICATION_NAME))]
+
+
+def dbname_of(url: str) -> str:
+    return psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+
+
+def test_no_transaction_is_open_while_a_handler_works_and_none_remains(server, db_url,
+                                                                        tmp_path):
+    touch = tmp_path / "started"
+    with connect(db_url) as conn:
+        drainer.enqueue(conn, "default", {"touch": str(touch), "sleep": 1})
+    proc = drainer_process(db_url, "--tasks", "behave")
+    wait_for(touch)
+    assert sessions(server, dbname_of(db_url)) == ["idle"]  # not "idle in transaction"
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert summary_of(out)["done"] == 1
+    assert sessions(server, dbname_of(db_url)) == []
+
+
+def test_an_empty_queue_run_sends_at_most_4_statements(server, db_url):
+    with server.admin() as admin:
+        try:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            admin.execute("SELECT pg_stat_statements_reset()")
+        except psycopg.Error:
+            pytest.skip("pg_stat_statements is not preloaded on this server")
+    result = run_cli("drain", "--database-url", db_url, "--tasks", "noop")
+    assert result.returncode == 0, result.stderr
+    assert summary_of(result.stdout)["stopped"] == "empty"
+    with server.admin() as admin:
+        calls = admin.execute(
+            "SELECT s.query, s.calls FROM pg_stat_statements s JOIN pg_database d "
+            "ON d.oid = s.dbid WHERE d.datname = %s", (dbname_of(db_url),)).fetchall()
+    assert sum(n for _, n in calls) <= 4, calls
+    assert any("FOR UPDATE SKIP LOCKED" in q for q, _ in calls)  # it did look for work

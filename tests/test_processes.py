@@ -1,0 +1,88 @@
+"""Real `python -m drainer` processes: many at once, kill -9 mid-job, SIGTERM mid-drain."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import drainer
+from drainer.db import connect
+from tests.conftest import clean_env, run_cli
+
+
+def summary_of(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def drainer_process(db_url: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "drainer", "drain", "--database-url", db_url, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+
+
+def wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def test_eight_drainers_do_10000_jobs_exactly_once(db_url):
+    with connect(db_url) as conn:
+        drainer.enqueue_many(conn, "default", ({"i": i} for i in range(10_000)))
+    procs = [drainer_process(db_url, "--tasks", "noop") for _ in range(8)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [e for _, e in outputs]
+    summaries = [summary_of(out) for out, _ in outputs]
+    assert sum(s["done"] for s in summaries) == 10_000
+    assert sum(s["claimed"] for s in summaries) == 10_000
+    assert all(s["lost"] == 0 and s["stopped"] == "empty" for s in summaries)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT status, count(*), max(attempts) FROM jobs GROUP BY 1"
+                            ).fetchall() == [("done", 10_000, 1)]
+
+
+def test_kill_9_mid_job_then_a_later_run_reaps_and_finishes(db_url, tmp_path):
+    touch = tmp_path / "started"
+    with connect(db_url) as conn:
+        drainer.enqueue(conn, "default", {"touch": str(touch), "sleep_first": 60})
+    proc = drainer_process(db_url, "--tasks", "behave", "--lease", "1")
+    wait_for(touch)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT status, attempts FROM jobs").fetchone() == ("running", 1)
+    time.sleep(1.2)  # let the dead drainer's lease run out
+
+    rerun = run_cli("drain", "--database-url", db_url, "--tasks", "behave")
+    assert rerun.returncode == 0, rerun.stderr
+    s = summary_of(rerun.stdout)
+    assert (s["reaped"], s["done"]) == (1, 1)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT status, attempts, last_error FROM jobs").fetchone() == (
+            "done", 2, "lease expired")
+
+
+def test_sigterm_mid_drain_leaves_nothing_running_and_a_rerun_finishes(db_url, tmp_path):
+    touch = tmp_path / "started"
+    with connect(db_url) as conn:
+        drainer.enqueue(conn, "default", {"touch": str(touch), "sleep": 0.5})
+        drainer.enqueue_many(conn, "default", [{"sleep": 0.05}] * 40)
+    proc = drainer_process(db_url, "--tasks", "behave", "--batch-size", "20")
+    wait_for(touch)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    s = summary_of(out)
+    assert s["stopped"] == "signal" and s["done"] >= 1
+    assert s["next_due"] is not None  # work remains, ready now
+    with connect(db_url) as conn:
+        left = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+        assert "running" not in left and left["done"] == s["done"]
+        assert conn.execute("SELECT max(attempts) FROM jobs WHERE status = 'queued'"
+                            ).fetchone() == (0,)  # given back as if never claimed
+
+    rerun = run_cli("drain", "--database-url", db_url, "--tasks", "behave")
+    assert summary_of(rerun.stdout)["done"] == 41 - s["done"]
