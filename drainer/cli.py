@@ -219,12 +219,16 @@ def _deadline(args: argparse.Namespace) -> float | None:
 
 
 def _stop_on_signals() -> threading.Event:
+    """SIGTERM/SIGINT: stop claiming and let running handlers finish; a second one
+    ends the process at once (the leases of what was running bring it back later)."""
     stop = threading.Event()
 
     def handle(signum: int, _frame: object) -> None:
-        log.info("%s received: finishing running handlers, then stopping",
-                 signal.Signals(signum).name)
+        log.info("%s received: finishing running handlers, then stopping (send it again "
+                 "to stop at once)", signal.Signals(signum).name)
         stop.set()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handle)

@@ -86,3 +86,27 @@ def test_sigterm_mid_drain_leaves_nothing_running_and_a_rerun_finishes(db_url, t
 
     rerun = run_cli("drain", "--database-url", db_url, "--tasks", "behave")
     assert summary_of(rerun.stdout)["done"] == 41 - s["done"]
+
+
+def test_a_second_sigterm_stops_at_once(db_url, tmp_path):
+    touch = tmp_path / "started"
+    with connect(db_url) as conn:
+        drainer.enqueue(conn, "default", {"touch": str(touch), "sleep": 60})
+    proc = drainer_process(db_url, "--tasks", "behave")
+    wait_for(touch)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert proc.poll() is None  # still waiting for the running handler
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == -signal.SIGTERM
+    with connect(db_url) as conn:  # the lease will bring the job back
+        assert conn.execute("SELECT status FROM jobs").fetchone() == ("running",)
+
+
+def test_demo_runs_on_a_fresh_directory(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "drainer", "demo"], cwd=tmp_path,
+                          env=clean_env(), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    s = summary_of(proc.stdout)
+    assert s["done"] > 250 and s["retried"] > 0 and s["stopped"] == "empty"
+    assert "demo.thumbnail" in proc.stdout and "embedded PostgreSQL" in proc.stderr
