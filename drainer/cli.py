@@ -192,10 +192,10 @@ def _argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def _open(args: argparse.Namespace, *, force_embedded: bool = False):
+def _open(args: argparse.Namespace, *, force_embedded: bool = False, **options: object):
     db = config.resolve_database(getattr(args, "database_url", None),
                                  force_embedded=force_embedded)
-    conn = connect(db.url, prepare=not getattr(args, "no_prepare", False))
+    conn = connect(db.url, prepare=not getattr(args, "no_prepare", False), **options)
     if db.embedded:
         schema.migrate(conn)
     return conn
@@ -254,7 +254,8 @@ def _emit(data: dict) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
-    with _open(args) as conn:
+    # Building an index on a big hand-made table may take longer than a drain's timeout.
+    with _open(args, statement_timeout=None) as conn:
         applied = schema.migrate(conn)
         version = schema.version(conn)
     log.info("schema at version %d%s", version,

@@ -16,6 +16,7 @@ import psycopg
 
 from . import clock, queue
 from .batch import Batch, Outcome
+from .errors import ConfigError
 from .tasks import Handler
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ def drain(
     on_batch: Callable[[Summary], None] | None = None,
 ) -> Summary:
     """One drain on `conn`, which must be an autocommit connection."""
+    missing = sorted(set(options.queues) - set(handlers))
+    if missing or not options.queues:
+        raise ConfigError(f"no handler for queues {missing}" if missing else "no queues to drain")
     began = clock.monotonic()
     stop = stop or threading.Event()
     summary = Summary()
