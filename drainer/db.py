@@ -34,12 +34,14 @@ def connect(
     """An autocommit connection: every statement commits at once, so no transaction
     is ever left open while a handler runs (the seed's idle-in-transaction pitfall).
 
-    Timeouts travel in the startup packet, costing no statement. `prepare=False`
-    disables prepared statements for transaction-mode poolers (PgBouncer, RDS Proxy).
+    Timeouts travel in the startup packet, costing no statement. `prepare=False` is
+    for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements, and
+    no startup `options`, which they refuse ("unsupported startup parameter"), so the
+    statement timeout behind one is the role's (ALTER ROLE ... SET statement_timeout).
     libpq's PG* variables fill whatever the URL leaves out.
     """
     options = ""
-    if statement_timeout is not None:
+    if statement_timeout is not None and prepare:
         options = f"-c statement_timeout={int(statement_timeout.total_seconds() * 1000)}"
     params = parse_url(url)
     with translated():

@@ -1,0 +1,60 @@
+"""Through a real PgBouncer in transaction mode: `--no-prepare` / DRAINER_NO_PREPARE.
+
+Behind a transaction pooler, consecutive statements of one client run on whatever
+server connection is free, so named prepared statements break and the pooler
+refuses startup parameters it does not know; the option avoids both.
+"""
+
+import json
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from tests import pgbouncer
+from tests.conftest import clean_env, run_cli
+
+JOBS = 10_000
+
+
+@pytest.fixture(scope="module")
+def bouncer(server):
+    if pgbouncer.binary() is None:
+        pytest.skip("notice: pgbouncer is not installed (apt-get install -y pgbouncer); "
+                    "the transaction-pooler tests did not run")
+    pool = pgbouncer.PgBouncer(server.admin_url, pool_size=2).start()
+    yield pool
+    pool.stop()
+
+
+def pooled(bouncer, db_url: str) -> str:
+    return bouncer.url(psycopg.conninfo.conninfo_to_dict(db_url)["dbname"])
+
+
+def test_four_drainers_through_pgbouncer_finish_10000_jobs_exactly_once(bouncer, db_url):
+    url = pooled(bouncer, db_url)
+    lines = "".join(json.dumps({"i": i}) + "\n" for i in range(JOBS))
+    enq = run_cli("enqueue", "default", "--no-prepare", "--database-url", url, input=lines)
+    assert enq.returncode == 0, enq.stderr
+    env = clean_env(DRAINER_DATABASE_URL=url, DRAINER_NO_PREPARE="1", DRAINER_TASKS="noop")
+    procs = [subprocess.Popen([sys.executable, "-m", "drainer", "drain"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outputs]
+    summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert sum(s["done"] for s in summaries) == JOBS
+    assert sum(s["lost"] + s["retried"] + s["failed"] for s in summaries) == 0
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT status, count(*), max(attempts) FROM jobs GROUP BY 1")
+        assert {status: (n, top) for status, n, top in rows} == {"done": (JOBS, 1)}
+
+
+@pytest.mark.parametrize("args", [
+    ["migrate"], ["stats"], ["reap"], ["archive"], ["requeue", "--queue", "default"],
+    ["cancel", "1"], ["enqueue", "default", "{}"],
+])
+def test_every_command_works_through_pgbouncer(bouncer, db_url, args):
+    proc = run_cli(*args, "--no-prepare", "--database-url", pooled(bouncer, db_url))
+    assert proc.returncode == 0, proc.stderr
