@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from . import __version__, clock, config, queue, report, schema
 from .config import (
     env_name,
+    flag,
+    from_env,
     names,
     nonnegative_days,
     nonnegative_seconds,
@@ -29,7 +31,7 @@ from .db import connect
 from .errors import BadInput, ConfigError, DrainerError, password_of, redact
 from .progress import Progress
 from .run import DEFAULT_ARCHIVE_AFTER, DEFAULT_LEASE, Options, drain
-from .tasks import load
+from .tasks import select
 
 PROCESS_START = clock.monotonic()
 log = logging.getLogger("drainer")
@@ -63,16 +65,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"drainer: error: {message} (see --help)\n")
 
 
-def _env_default(name: str, kind: Callable, fallback: object) -> object:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return fallback
-    try:
-        return kind(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r}: {exc}") from exc
-
-
 def _checked(kind: Callable) -> Callable:
     """`kind` with its ValueError message shown by argparse (it hides it otherwise)."""
 
@@ -88,7 +80,7 @@ def _checked(kind: Callable) -> Callable:
 def _option(p: argparse.ArgumentParser, flag: str, kind: Callable, fallback: object,
             text: str, *, env: str | None = None, **kw: object) -> None:
     env = env or env_name(flag)
-    default = _env_default(env, kind, fallback)
+    default = from_env(env, kind, fallback)
     p.add_argument(flag, type=_checked(kind), default=default, help=f"{text} [{env}]", **kw)
 
 
@@ -97,17 +89,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     _option(g, "--database-url", str, None, "postgresql:// URL (else DATABASE_URL)",
             metavar="URL")
     g.add_argument("--no-prepare", action="store_true",
-                   default=bool(_env_default("DRAINER_NO_PREPARE", _flag, False)),
+                   default=bool(from_env("DRAINER_NO_PREPARE", flag, False)),
                    help="disable prepared statements, for transaction-mode poolers "
                         "(PgBouncer, RDS Proxy) [DRAINER_NO_PREPARE]")
-
-
-def _flag(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("must be 1/0, true/false, yes/no or on/off")
 
 
 def _drain_options(p: argparse.ArgumentParser) -> None:
@@ -202,16 +186,7 @@ def _open(args: argparse.Namespace, *, force_embedded: bool = False, **options: 
 
 
 def _handlers(args: argparse.Namespace) -> tuple[dict, list[str]]:
-    handlers = load(args.tasks)
-    if not handlers:
-        raise ConfigError("no tasks: name the modules that define @task handlers with "
-                          "--tasks or DRAINER_TASKS")
-    queues = args.queue or names(os.environ.get("DRAINER_QUEUES", "")) or sorted(handlers)
-    missing = [q for q in queues if q not in handlers]
-    if missing:
-        raise ConfigError(f"no task for queue {', '.join(map(repr, missing))}; "
-                          f"tasks exist for {', '.join(map(repr, sorted(handlers)))}")
-    return handlers, queues
+    return select(args.tasks, args.queue or names(os.environ.get("DRAINER_QUEUES", "")))
 
 
 def _deadline(args: argparse.Namespace) -> float | None:

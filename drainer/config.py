@@ -7,6 +7,7 @@ Also resolves the database URL (flag, `DRAINER_DATABASE_URL`, `DATABASE_URL`, li
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -63,6 +64,26 @@ def nonnegative_days(text: str) -> float:
 def names(text: str) -> list[str]:
     """A comma-separated list, blanks dropped."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def flag(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be 1/0, true/false, yes/no or on/off")
+
+
+def from_env(name: str, kind: Callable, fallback: object) -> object:
+    """The variable `name` parsed by `kind`, `fallback` when unset or empty;
+    ConfigError naming the variable when `kind` refuses it."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return fallback
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r}: {exc}") from exc
 
 
 @dataclass(frozen=True)

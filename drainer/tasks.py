@@ -3,7 +3,7 @@
 import importlib
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from .errors import ConfigError
 from .queue import Job, check_queue
@@ -47,3 +47,18 @@ def load(modules: Iterable[str]) -> dict[str, Handler]:
                 f"task module {name!r} failed to import: {type(exc).__name__}: {exc}{where}"
             ) from exc
     return registered()
+
+
+def select(modules: Iterable[str], queues: Sequence[str]) -> tuple[dict[str, Handler], list[str]]:
+    """Load the task modules and pick the queues to drain (every queue with a task
+    when `queues` is empty); ConfigError when there are no tasks or a queue has none."""
+    handlers = load(modules)
+    if not handlers:
+        raise ConfigError("no tasks: name the modules that define @task handlers with "
+                          "--tasks or DRAINER_TASKS")
+    queues = list(queues) or sorted(handlers)
+    missing = [q for q in queues if q not in handlers]
+    if missing:
+        raise ConfigError(f"no task for queue {', '.join(map(repr, missing))}; "
+                          f"tasks exist for {', '.join(map(repr, sorted(handlers)))}")
+    return handlers, queues
