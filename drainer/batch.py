@@ -1,9 +1,11 @@
 """Running the handlers of one claimed batch, outside any transaction.
 
 Handlers run on up to `concurrency` daemon threads while the calling thread keeps
-the leases alive and watches the deadline and the stop signal. Daemon threads,
-because a handler that never returns must not keep the process from exiting:
-its lease runs out and the next run's reaper takes the job back.
+the leases alive and watches the deadline, the stop signal and the tasks' timeouts.
+Daemon threads, because a handler that never returns must not keep the process
+from exiting: its lease runs out and the next run's reaper takes the job back.
+A handler past its task's timeout is failed and its thread written off; a fresh
+thread takes its place, so the batch goes on.
 """
 
 import threading
@@ -14,15 +16,28 @@ from datetime import timedelta
 
 from . import clock
 from .queue import Job
-from .tasks import Handler
+from .tasks import Handler, timeout_of
 
 MAX_ERROR = 2000  # characters of last_error kept per failure
 
 
-def describe(exc: BaseException) -> str:
-    """`Type: message`, bounded and storable in a text column (no NUL)."""
-    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\0")
+def _bounded(text: str) -> str:
     return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message`, bounded and storable in a text column (no NUL, valid UTF-8).
+
+    It never raises: a handler's exception may have a `__str__` that fails, or a
+    message with lone surrogates, and either would otherwise kill the handler thread
+    or the statement that records the failure.
+    """
+    try:
+        message = str(exc)
+    except BaseException:  # noqa: BLE001 - whatever a broken __str__ raises
+        message = "<the exception's message could not be read>"
+    text = _bounded(f"{type(exc).__name__}: {message}")  # bound first: messages may be huge
+    return _bounded(text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode())
 
 
 @dataclass
@@ -60,6 +75,8 @@ class Batch:
         self.may_start = may_start
         self.stop = stop
         self.running: dict[int, Job] = {}
+        self.started: dict[int, float] = {}  # job id -> when its handler began
+        self.timed_out: set[int] = set()
         self.outcome = Outcome()
         self.lock = threading.Lock()
         self.idle = threading.Event()
@@ -70,35 +87,63 @@ class Batch:
             if self.pending and self.may_start():
                 job = self.pending.popleft()
                 self.running[job.id] = job
+                self.started[job.id] = clock.monotonic()
                 return job
             return None
 
-    def _finish(self, job: Job, error: str | None, seconds: float) -> None:
+    def _finish(self, job: Job, error: str | None, seconds: float) -> bool:
+        """Record a handler's result; False when it came after the job's timeout,
+        so it changes nothing and this thread's place has gone to another."""
         with self.lock:
+            if job.id in self.timed_out:
+                return False
             self.running.pop(job.id, None)
             self.outcome.busy_seconds += seconds
             if job.id in self.outcome.lost:
-                return  # no longer ours: its result must change nothing
+                return True  # no longer ours: its result must change nothing
             if error is None:
                 self.outcome.succeeded.append(job)
             else:
                 self.outcome.failed.append((job, error))
+            return True
 
     def _work(self) -> None:
+        written_off = False
         try:
-            while (job := self._next()) is not None:
+            while not written_off and (job := self._next()) is not None:
                 began = clock.monotonic()
                 try:
-                    self.handlers[job.queue](job)
+                    self.handlers[job.queue](job)  # the return value is ignored
                     error = None
                 except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
                     error = describe(exc)
-                self._finish(job, error, clock.monotonic() - began)
+                written_off = not self._finish(job, error, clock.monotonic() - began)
         finally:
-            with self.lock:
-                self.active -= 1
-                if not self.active:
-                    self.idle.set()
+            if not written_off:
+                with self.lock:
+                    self.active -= 1
+                    if not self.active:
+                        self.idle.set()
+
+    def _spawn(self) -> None:
+        threading.Thread(target=self._work, daemon=True, name="drainer-handler").start()
+
+    def _time_out(self, now: float) -> None:
+        """Fail the jobs whose handlers outlived their task's timeout, and hand each
+        stuck thread's place to a fresh one."""
+        with self.lock:
+            late = [(job, limit) for job in self.running.values()
+                    if (limit := timeout_of(self.handlers[job.queue])) is not None
+                    and now - self.started[job.id] >= limit]
+            for job, limit in late:
+                del self.running[job.id]
+                self.timed_out.add(job.id)
+                if job.id not in self.outcome.lost:
+                    self.outcome.failed.append(
+                        (job, f"TimeoutError: the handler ran longer than its {limit:g} s "
+                              "timeout and was abandoned"))
+        for _ in late:
+            self._spawn()
 
     def _heartbeat(self) -> None:
         """Extend the leases of every unfinished job; drop those no longer ours."""
@@ -114,12 +159,13 @@ class Batch:
 
     def run(self) -> Outcome:
         for _ in range(self.threads):
-            threading.Thread(target=self._work, daemon=True, name="drainer-handler").start()
+            self._spawn()
         interval = self.lease / 3
         extended = clock.monotonic()
         stopped_at: float | None = None
         while not self.idle.wait(timeout=min(interval, 0.5)):
             now = clock.monotonic()
+            self._time_out(now)
             if now - extended >= interval:
                 self._heartbeat()
                 extended = now

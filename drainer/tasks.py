@@ -4,6 +4,8 @@ import importlib
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 
 from .errors import ConfigError
 from .queue import Job, check_queue
@@ -13,16 +15,45 @@ Handler = Callable[[Job], object]
 _REGISTRY: dict[str, Handler] = {}
 
 
-def task(queue: str) -> Callable[[Handler], Handler]:
+@dataclass(frozen=True)
+class Timed:
+    """A handler with a time limit, called like the function it wraps; what
+    `@task(queue, timeout=...)` registers, and what `drain()` callers may pass."""
+
+    fn: Handler
+    timeout: float  # seconds
+
+    def __call__(self, job: Job) -> object:
+        return self.fn(job)
+
+
+def timeout_of(handler: Handler) -> float | None:
+    """The handler's time limit in seconds, or None when it may run as long as it likes."""
+    return handler.timeout if isinstance(handler, Timed) else None
+
+
+def task(queue: str, *, timeout: float | timedelta | None = None
+         ) -> Callable[[Handler], Handler]:
     """Register the decorated function as the handler of `queue`.
 
-    Returning completes the job; raising retries it with backoff, and fails it
-    for good at max_attempts.
+    Returning completes the job, whatever the function returns (the value is
+    ignored, so it need not be serialisable); raising, or calling sys.exit, retries
+    it with backoff, and fails it for good at max_attempts.
+
+    `timeout`: a run still going after this many seconds fails the job with a
+    TimeoutError (retried like any failure) and the drain goes on. Python cannot
+    stop a thread, so the handler's thread is abandoned, and what it does or
+    returns later changes nothing. Without a timeout a handler runs as long as it
+    likes, its lease extended while the process lives.
     """
     check_queue(queue)
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if seconds is not None and not (
+            isinstance(seconds, int | float) and 0 < seconds < float("inf")):
+        raise ConfigError(f"@task({queue!r}): timeout must be a number of seconds above 0")
 
     def register(fn: Handler) -> Handler:
-        _REGISTRY[queue] = fn
+        _REGISTRY[queue] = fn if seconds is None else Timed(fn, seconds)
         return fn
 
     return register
