@@ -1,0 +1,167 @@
+"""What waiting costs: replay a day of jobs against a scale-to-zero compute, once per
+way of waiting for work, and print what each cost (and the ideal).
+
+    python -m bench.simulate [--day bench/day.json] [--timeout 5 --timeout 10]
+                             [--chart docs/waiting-costs.png | --no-chart]
+
+The table is Markdown (the README shows it). The chart needs the `bench` extra
+(matplotlib); without it the table is still printed.
+"""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from bench.simulator import day as days
+from bench.simulator.metrics import Result, ideal, percentile, replay
+from bench.simulator.strategies import strategies
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "docs" / "waiting-costs.png"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        day = days.load(args.day)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"bench.simulate: cannot read the day {args.day}: {exc}", file=sys.stderr)
+        return 2
+    timeouts = args.timeout or list(day.model.suspend_timeouts_minutes)
+    results = {t: [replay(day, t, s) for s in strategies()] for t in timeouts}
+    print(parameters(day, args.day))
+    for timeout, rows in results.items():
+        print()
+        print(table(day, timeout, rows))
+    if args.chart:
+        try:
+            chart(day, results, args.chart)
+        except ImportError:
+            print("bench.simulate: no chart (install the `bench` extra for matplotlib)",
+                  file=sys.stderr)
+        else:
+            print(f"\nchart: {args.chart}", file=sys.stderr)
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.simulate",
+        description="Replay a day of jobs against a model of a scale-to-zero database "
+                    "compute, once per way of waiting for work, and print what each "
+                    "cost: hours awake, resumes, invocations, start latency.")
+    parser.add_argument("--day", type=Path, default=days.DEFAULT,
+                        help="the workload and model parameters (default: bench/day.json)")
+    parser.add_argument("--timeout", type=float, action="append", metavar="MINUTES",
+                        help="the compute's suspend timeout; repeatable "
+                             "(default: the day file's, 5 and 10)")
+    parser.add_argument("--chart", type=Path, default=CHART,
+                        help="where to write the PNG chart (default: docs/waiting-costs.png)")
+    parser.add_argument("--no-chart", dest="chart", action="store_const", const=None,
+                        help="print the table only")
+    return parser.parse_args(argv)
+
+
+def parameters(day: days.Day, path: Path) -> str:
+    specs = day.specs
+    retried = sum(s.failures > 0 for s in specs)
+    ahead = sum(s.run_at is not None for s in specs)
+    model = {k: v for k, v in vars(day.model).items() if k != "suspend_timeouts_minutes"}
+    return (f"Day {day.start:%Y-%m-%d} from {path.name}: {len(specs)} jobs "
+            f"({retried} failing at least once, {ahead} scheduled hours ahead), "
+            f"{sum(s.duration for s in specs) / 60:.0f} min of handler time.\n"
+            f"Model: {json.dumps(model)}")
+
+
+def table(day: days.Day, timeout: float, results: list[Result]) -> str:
+    awake, bursts = ideal(day, timeout)
+    lines = [
+        f"Suspend timeout {timeout:g} min; ideal {awake:.2f} h awake in {bursts} bursts.",
+        "",
+        "| strategy | awake h | × ideal | resumes | invocations | worker h "
+        "| start p50 | start p99 | start max | due p99 | due max |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        f"| ideal: work + one timeout per burst | {awake:.2f} | 1.00 | {bursts} "
+        "| | | | | | | |",
+    ]
+    for r in results:
+        cells = [
+            r.strategy, f"{r.awake_hours:.2f}", f"{r.awake_hours / awake:.2f}",
+            str(r.resumes), "always on" if r.invocations is None else str(r.invocations),
+            f"{r.worker_hours:.1f}",
+            *(duration(percentile(r.latency, q)) for q in (0.5, 0.99, 1.0)),
+            *(duration(percentile(r.lateness, q)) for q in (0.99, 1.0)),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    unfinished = [f"{r.strategy}: {r.unfinished}" for r in results if r.unfinished]
+    if unfinished:
+        lines.append(f"\nJobs not finished when the day ends: {', '.join(unfinished)}.")
+    return "\n".join(lines)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{1000 * seconds:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def chart(day: days.Day, results: dict[float, list[Result]], path: Path) -> None:
+    """Awake hours against p99 start latency: one panel per suspend timeout, one
+    labelled point per strategy, the ideal as a dotted line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4.2), dpi=90,
+                             sharey=True, squeeze=False)
+    for ax, (timeout, rows) in zip(axes[0], results.items(), strict=True):
+        awake, _ = ideal(day, timeout)
+        ax.axvline(awake, color="grey", linestyle=":", linewidth=1)
+        ax.annotate("ideal", (awake, 9000), xytext=(3, 0), textcoords="offset points",
+                    fontsize=7, color="grey")
+        placed: list[tuple[float, float]] = []
+        for r in sorted(rows, key=lambda r: -percentile(r.latency, 0.99)):  # labels top down
+            x, y = r.awake_hours, percentile(r.latency, 0.99)
+            ax.scatter(x, y, s=36, color=plt.cm.tab10(rows.index(r)), edgecolor="black",
+                       linewidth=0.4, zorder=3)
+            ax.annotate(r.strategy, (x, y), **_label_place(x, math.log10(y), placed))
+        ax.set_yscale("log")
+        ax.set_ylim(0.1, 20000)
+        ax.set_xlim(0, 25.5)
+        ax.set_xlabel("compute awake, hours per day")
+        ax.set_title(f"suspend timeout {timeout:g} min", fontsize=9)
+        ax.grid(True, linewidth=0.3)
+    axes[0][0].set_ylabel("p99 job start latency, seconds")
+    fig.suptitle(f"What waiting costs: one day, {len(day.specs)} jobs, "
+                 f"resume {day.model.resume:g} s", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _label_place(x: float, log_y: float, placed: list[tuple[float, float]]) -> dict:
+    """Where a point's label goes: left of points near the right edge, nudged down
+    off labels already placed nearby (in hours and decades)."""
+    while any(abs(x - px) < 4 and abs(log_y - py) < 0.22 for px, py in placed):
+        log_y -= 0.25
+    placed.append((x, log_y))
+    right = x > 16
+    return {"xytext": (x - 0.6 if right else x + 0.6, 10**log_y), "fontsize": 7,
+            "ha": "right" if right else "left", "va": "center",
+            "arrowprops": {"arrowstyle": "-", "linewidth": 0.3, "color": "grey"}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Ways of waiting for work, replayed on the same day against the same compute.
+
+Every strategy drains with the loop of `drainer.run.drain` (start, claim batches
+sized by `drainer.run.Sizer`, write back, archive, next_due) on the in-memory
+table, and differs only in how it waits. Ours decides after each run with
+`drainer.wake.after_run`, the very function the cloud entry points call.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from drainer.run import Sizer, Summary
+from drainer.wake import after_run
+
+from .compute import Compute, Session
+from .day import Day
+from .engine import Flag, Process, Sim, Wait
+from .table import Row, Table
+
+
+class World:
+    """One strategy's replay of the day: its compute, its table and the producer."""
+
+    def __init__(self, day: Day, timeout_minutes: float, strategy: "Strategy") -> None:
+        self.day = day
+        self.model = day.model
+        self.sim = Sim()
+        self.compute = Compute(self.sim, timeout=60 * timeout_minutes, resume=self.model.resume)
+        self.table = Table()
+        self.strategy = strategy
+        self.invocations = 0
+        self.worker_seconds = 0.0  # time a drainer process or function ran
+        self.producer = self.session()  # the application's pooled connection
+
+    def session(self) -> Session:
+        return Session(self.compute, connect=self.model.connect, statement=self.model.statement)
+
+    def run(self) -> None:
+        for at, specs in self.day.enqueues:
+            self.sim.spawn(self._enqueue(specs), at)
+        self.strategy.start(self)
+        self.sim.run(self.day.seconds)
+        if self.strategy.always_on:
+            self.worker_seconds = self.day.seconds
+
+    def _enqueue(self, specs: list) -> Process:
+        """The producer's transaction: insert (COPY for several) and commit."""
+        yield from self.producer.sql()
+        rows = [self.table.insert(spec, self.sim.now) for spec in specs]
+        self.strategy.committed(self, rows)
+
+
+class Strategy:
+    name = "strategy"
+    always_on = False  # a worker process that runs all day (no invocations)
+
+    def start(self, world: World) -> None:
+        raise NotImplementedError
+
+    def committed(self, world: World, rows: list[Row]) -> None:
+        """Called when a producer's enqueue commits."""
+
+
+def drain(world: World, session: Session, deadline: float | None) -> Process:
+    """`drainer.run.drain` on the model: returns its Summary."""
+    sim = world.sim
+    began = sim.now
+    summary = Summary()
+    yield from session.sql()  # start: reap (no lease expires here: nothing crashes) + has_archive
+    summary.stopped = yield from work(world, session, Sizer(None, world.model.concurrency),
+                                      deadline, summary)
+    yield from session.sql()  # archive
+    yield from session.sql()  # next_due
+    due = world.table.next_due(sim.now)
+    summary.next_due = None if due is None else world.day.at(due)
+    summary.seconds = sim.now - began
+    return summary
+
+
+def work(world: World, session: Session, sizer: Sizer, deadline: float | None,
+         summary: Summary) -> Process:
+    """Claim and run batches until none is ready or the deadline; returns why it stopped."""
+    sim, model = world.sim, world.model
+    while True:
+        size = sizer.fits(None if deadline is None else deadline - sim.now)
+        if size < 1:
+            return "deadline"
+        yield from session.sql()
+        rows = world.table.claim(sim.now, size, model.lease)
+        if not rows:
+            return "empty"
+        began = sim.now
+        unstarted = yield from batch(world, session, rows, sizer, deadline, summary)
+        sizer.observe(len(rows) - len(unstarted), sim.now - began, full=len(rows) == size)
+        if unstarted:
+            return "deadline"
+
+
+def batch(world: World, session: Session, rows: list[Row], sizer: Sizer,
+          deadline: float | None, summary: Summary) -> Process:
+    """`drainer.batch.Batch` and the write-back: handlers on `concurrency` threads, each
+    job started only if `Sizer.may_start` expects it to finish, leases extended every
+    lease/3, then one statement per kind of result. Returns the unstarted rows."""
+    sim, model, table = world.sim, world.model, world.table
+    slots = [sim.now] * min(model.concurrency, len(rows))
+    ends: dict[int, float] = {}
+    unstarted: list[Row] = []
+    for i, row in enumerate(rows):
+        slot = slots.index(min(slots))
+        if not sizer.may_start(None if deadline is None else deadline - slots[slot]):
+            unstarted = rows[i:]
+            break
+        row.starts.append((row.run_at, slots[slot]))
+        slots[slot] += row.spec.duration
+        ends[row.id] = slots[slot]
+    end = max(ends.values(), default=sim.now)
+    beat = model.lease / 3
+    while sim.now + beat < end:
+        yield beat
+        yield from session.sql()  # extend
+        table.extend((r for r in rows if ends.get(r.id, 0) > sim.now), sim.now, model.lease)
+    yield max(0.0, end - sim.now)
+    started = [r for r in rows if r.id in ends]
+    failed = [r for r in started if r.attempts <= r.spec.failures]
+    succeeded = [r for r in started if r.attempts > r.spec.failures]
+    if succeeded:
+        yield from session.sql()
+        table.complete(succeeded)
+    if failed:
+        yield from session.sql()
+        table.fail(failed, sim.now)
+    if unstarted:
+        yield from session.sql()
+        table.release(unstarted)
+    summary.claimed += len(started)
+    summary.done += len(succeeded)
+    summary.failed += sum(r.status == "failed" for r in failed)
+    summary.retried += sum(r.status == "queued" for r in failed)
+    return unstarted
+
+
+@dataclass
+class Poll(Strategy):
+    """An always-on worker: claim until empty, sleep `every` seconds, again."""
+
+    every: float
+    always_on = True
+
+    @property
+    def name(self) -> str:
+        return f"poll every {self.every:g} s"
+
+    def start(self, world: World) -> None:
+        world.sim.spawn(self.worker(world))
+
+    def worker(self, world: World) -> Process:
+        session, summary = world.session(), Summary()
+        sizer = Sizer(None, world.model.concurrency)
+        while True:
+            yield from work(world, session, sizer, None, summary)
+            yield self.every
+
+
+@dataclass
+class Listen(Strategy):
+    """An always-on worker on LISTEN jobs, with a fallback poll. A suspension drops
+    its connection, and it reconnects (and LISTENs) at once, as a worker does."""
+
+    fallback: float
+    always_on = True
+
+    def __post_init__(self) -> None:
+        self.notified = Flag(latching=True)  # notifications wait on the connection
+        self.listening: Session | None = None
+
+    @property
+    def name(self) -> str:
+        return f"LISTEN + poll every {self.fallback / 60:g} min"
+
+    def start(self, world: World) -> None:
+        world.sim.spawn(self.worker(world))
+
+    def committed(self, world: World, rows: list[Row]) -> None:
+        # Delivered at commit, and only to a session listening at that moment.
+        if self.listening and self.listening.epoch == world.compute.epoch:
+            self.notified.set()
+
+    def worker(self, world: World) -> Process:
+        session, summary = world.session(), Summary()
+        sizer = Sizer(None, world.model.concurrency)
+        self.listening = session
+        while True:
+            if session.epoch != world.compute.epoch:
+                yield from session.sql()  # (re)connect and LISTEN
+            yield from work(world, session, sizer, None, summary)
+            yield Wait((self.notified, world.compute.suspended), self.fallback)
+
+
+@dataclass
+class Cron(Strategy):
+    """A scheduled drain every `every` seconds (on the clock), to empty, then exit."""
+
+    every: float
+
+    @property
+    def name(self) -> str:
+        return f"cron drain every {self.every / 60:g} min"
+
+    def start(self, world: World) -> None:
+        for tick in range(int(world.day.seconds // self.every) + 1):
+            world.sim.spawn(self.run(world), tick * self.every)
+
+    def run(self, world: World) -> Process:
+        world.invocations += 1
+        began, session = world.sim.now, world.session()
+        yield from session.connect()
+        yield from drain(world, session, None)
+        session.close()
+        world.worker_seconds += world.sim.now - began
+
+
+@dataclass
+class Ours(Strategy):
+    """A function invoked by a kick after each enqueue commit, by the wake-ups it
+    arms itself, and by a backstop schedule; after each drain `after_run` decides
+    whether to stop, wait in the run, continue in a fresh invocation or arm a wake-up."""
+
+    backstop: bool = True  # off: the kicks and wake-ups alone, to see what the backstop costs
+
+    def __post_init__(self) -> None:
+        self.armed: set[float] = set()
+        self.last_kick = float("-inf")
+
+    @property
+    def name(self) -> str:
+        return "ours: kick + wake-on-due + backstop" if self.backstop else "ours, backstop off"
+
+    def start(self, world: World) -> None:
+        every = 60 * world.model.backstop_minutes
+        tick = every  # a rate schedule fires one period after it is created
+        while self.backstop and tick < world.day.seconds:
+            world.sim.call_at(tick, lambda: self.invoke(world, 0))
+            tick += every
+
+    def committed(self, world: World, rows: list[Row]) -> None:
+        if world.sim.now - self.last_kick >= world.model.kick_coalesce:
+            self.last_kick = world.sim.now
+            self.invoke(world, 0)
+
+    def invoke(self, world: World, depth: int) -> None:
+        world.invocations += 1
+        world.sim.spawn(self.run(world, depth), world.sim.now + world.model.invoke)
+
+    def run(self, world: World, depth: int) -> Process:
+        sim, model, day = world.sim, world.model, world.day
+        began = sim.now
+        deadline = began + model.function_timeout - model.margin
+        session = world.session()
+        while True:
+            yield from session.connect()
+            summary = yield from drain(world, session, deadline)
+            session.close()  # the run leaves no session open, even while it waits
+            decision = after_run(summary, now=day.at(sim.now), depth=depth,
+                                 max_depth=model.max_depth,
+                                 remaining=timedelta(seconds=deadline - sim.now))
+            if decision.action != "wait":
+                break
+            yield day.seconds_of(decision.at) - sim.now
+        world.worker_seconds += sim.now - began
+        if decision.action == "continue":
+            self.invoke(world, depth + 1)
+        elif decision.action == "wake":
+            self.arm(world, day.seconds_of(decision.at))
+
+    def arm(self, world: World, at: float) -> None:
+        """A one-time schedule for the minute `at`; runs arming the same minute share it."""
+        if at in self.armed:
+            return
+        self.armed.add(at)
+
+        def fire() -> None:
+            self.armed.discard(at)
+            self.invoke(world, 0)
+
+        world.sim.call_at(at, fire)
+
+
+def strategies() -> list[Strategy]:
+    """The issue's line-up, in the table's order."""
+    return [Poll(1), Poll(60), Listen(300), Cron(300), Cron(900), Cron(3600), Ours(),
+            Ours(backstop=False)]
+
