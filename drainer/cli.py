@@ -15,8 +15,9 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
-from . import __version__, clock, config, queue, report, schema
+from . import __version__, clock, config, queue, report, schema, worker
 from .config import (
     env_name,
     flag,
@@ -38,6 +39,8 @@ log = logging.getLogger("drainer")
 
 COMMANDS = {
     "drain": "reap expired leases, drain the queues until none is ready, archive, report, exit",
+    "work": "always on: drain, wait for a NOTIFY (or the fallback poll), drain again, "
+            "until SIGTERM",
     "migrate": "create or upgrade the schema (idempotent, safe to run concurrently)",
     "enqueue": "enqueue one job, or one job per JSON line on stdin (all or nothing)",
     "stats": "jobs per queue and status, oldest ready age, expired leases, vacuum health",
@@ -116,6 +119,20 @@ def _drain_options(p: argparse.ArgumentParser) -> None:
             "days after which done jobs leave the jobs table (default 7)", metavar="DAYS")
 
 
+def _work_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("always on")
+    _option(g, "--listen-url", str, None,
+            "direct postgresql:// URL for LISTEN, never a transaction pooler, which hands the "
+            "session to others (default: the database URL; claims may still go through a "
+            "pooled --database-url)", metavar="URL")
+    _option(g, "--poll-interval", positive_seconds, worker.DEFAULT_POLL,
+            "seconds between fallback polls, which find work whose notification was missed "
+            "(a reconnect, a table without the trigger) (default 60). Every poll is activity: "
+            "on a scale-to-zero compute an interval under the database's suspend timeout "
+            "(often 5 to 10 minutes) keeps the compute awake around the clock, even with an "
+            "empty queue; there, prefer `drain` on a schedule", metavar="SECONDS")
+
+
 def check_queue_arg(text: str) -> str:
     try:
         return queue.check_queue(text)
@@ -135,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, p in parsers.items():
         if name != "demo":
             _common(p)
-    for name in ("drain", "archive", "demo"):
+    for name in ("drain", "work", "archive", "demo"):
         _drain_options(parsers[name])
+    _work_options(parsers["work"])
     e = parsers["enqueue"]
     e.add_argument("queue", metavar="QUEUE", help="the queue to add to")
     e.add_argument("payload", metavar="JSON", nargs="?",
@@ -176,9 +194,10 @@ def _argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def _open(args: argparse.Namespace, *, force_embedded: bool = False, **options: object):
-    db = config.resolve_database(getattr(args, "database_url", None),
-                                 force_embedded=force_embedded)
+def _open(args: argparse.Namespace, *, force_embedded: bool = False,
+          db: config.Database | None = None, **options: object):
+    db = db or config.resolve_database(getattr(args, "database_url", None),
+                                       force_embedded=force_embedded)
     conn = connect(db.url, prepare=not getattr(args, "no_prepare", False), **options)
     if db.embedded:
         schema.migrate(conn)
@@ -210,17 +229,35 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _options(args: argparse.Namespace, queues: list[str]) -> Options:
+    return Options(queues=queues, batch_size=args.batch_size,
+                   lease=timedelta(seconds=args.lease), concurrency=args.concurrency,
+                   archive_after=timedelta(days=args.archive_after), deadline=_deadline(args))
+
+
 def cmd_drain(args: argparse.Namespace) -> None:
     handlers, queues = _handlers(args)
-    options = Options(queues=queues, batch_size=args.batch_size,
-                      lease=timedelta(seconds=args.lease), concurrency=args.concurrency,
-                      archive_after=timedelta(days=args.archive_after),
-                      deadline=_deadline(args))
+    options = _options(args, queues)
     stop = _stop_on_signals()
     progress = Progress(sys.stderr)
     with _open(args) as conn:
         summary = drain(conn, handlers, options, stop=stop, on_batch=progress.update)
     progress.finish(summary)
+    _emit(summary.as_json())
+
+
+def cmd_work(args: argparse.Namespace) -> None:
+    handlers, queues = _handlers(args)
+    db = config.resolve_database(args.database_url)
+    if args.no_prepare and not args.listen_url:
+        log.warning("--no-prepare without --listen-url: LISTEN goes through the same URL; "
+                    "behind a transaction pooler no notification arrives and only the "
+                    "fallback poll finds work")
+    listen_db = config.Database(args.listen_url) if args.listen_url else db
+    summary = worker.work(partial(_open, args, db=db),
+                          partial(_open, args, db=listen_db, application_name=worker.LISTEN_NAME),
+                          handlers, _options(args, queues), poll_interval=args.poll_interval,
+                          stop=_stop_on_signals())
     _emit(summary.as_json())
 
 
@@ -322,9 +359,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
         demo.run(conn, args, stop=_stop_on_signals())
 
 
-RUN = {"drain": cmd_drain, "migrate": cmd_migrate, "enqueue": cmd_enqueue, "stats": cmd_stats,
-       "reap": cmd_reap, "archive": cmd_archive, "requeue": cmd_requeue, "cancel": cmd_cancel,
-       "demo": cmd_demo}
+RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": cmd_enqueue,
+       "stats": cmd_stats, "reap": cmd_reap, "archive": cmd_archive, "requeue": cmd_requeue,
+       "cancel": cmd_cancel, "demo": cmd_demo}
 
 
 def _setup_logging() -> None:

@@ -6,14 +6,17 @@ refuses startup parameters it does not know; the option avoids both.
 """
 
 import json
+import signal
 import subprocess
 import sys
 
 import psycopg
 import pytest
 
+import drainer
 from tests import pgbouncer
-from tests.conftest import clean_env, run_cli
+from tests.conftest import clean_env, count, run_cli
+from tests.test_worker import listeners, wait_until
 
 JOBS = 10_000
 
@@ -58,3 +61,22 @@ def test_four_drainers_through_pgbouncer_finish_10000_jobs_exactly_once(bouncer,
 def test_every_command_works_through_pgbouncer(bouncer, db_url, args):
     proc = run_cli(*args, "--no-prepare", "--database-url", pooled(bouncer, db_url))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_always_on_worker_claims_through_pgbouncer_and_listens_directly(
+        bouncer, conn, db_url, tmp_path):
+    woken = tmp_path / "woken"
+    env = clean_env(DRAINER_NO_PREPARE="1", DRAINER_LISTEN_URL=db_url)
+    proc = subprocess.Popen([sys.executable, "-m", "drainer", "work", "--tasks", "behave",
+                             "--poll-interval", "3600", "--database-url", pooled(bouncer, db_url)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: listeners(conn))
+        drainer.enqueue(conn, "default", {"touch": str(woken)})
+        wait_until(woken.exists)
+        wait_until(lambda: count(conn, "status = 'done'") == 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["done"] == 1

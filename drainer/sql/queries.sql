@@ -190,3 +190,11 @@ ORDER BY j.queue, j.status;
 SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum
 FROM pg_stat_user_tables
 WHERE relid = to_regclass('jobs');
+
+-- name: listen
+-- The always-on worker's wake-up channel (migration 4's trigger sends the queue name).
+LISTEN jobs;
+
+-- name: seconds_until
+-- How long the always-on worker may wait for a drain's next_due, by the database clock.
+SELECT greatest(0, extract(epoch FROM %(at)s::timestamptz - now()))::float8;

@@ -1,0 +1,158 @@
+"""`work`, the always-on worker: LISTEN wakes it at the producer's commit, the
+fallback poll covers a dropped LISTEN connection, dropped connections come back,
+SIGTERM stops it cleanly. Real processes on a real PostgreSQL."""
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import drainer
+from drainer.worker import LISTEN_NAME
+from tests.conftest import clean_env, count
+
+LISTEN_ROLE = "drainer_listener"  # not a superuser, so a connection limit applies to it
+
+
+def wait_until(check: Callable[[], object], timeout: float = 20) -> object:
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {check}")
+        time.sleep(0.05)
+    return result
+
+
+@contextlib.contextmanager
+def worker(url: str, *args: str) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen([sys.executable, "-m", "drainer", "work", "--tasks", "behave",
+                             "--queue", "default", "--database-url", url, *args],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def stop(proc: subprocess.Popen) -> tuple[dict, str]:
+    """SIGTERM; the exit must be clean: code 0, the totals as the last stdout line."""
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def listeners(conn: psycopg.Connection) -> list[int]:
+    return [pid for (pid,) in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = %s AND query LIKE 'LISTEN jobs%%'", [LISTEN_NAME])]
+
+
+def idle_worker(conn: psycopg.Connection, tmp_path: Path) -> None:
+    """Wait until the worker has drained a first job and listens: it is now waiting."""
+    drainer.enqueue(conn, "default", {"touch": str(tmp_path / "warm-up")})
+    wait_until(lambda: count(conn, "status = 'done'") == 1 and listeners(conn))
+
+
+def test_a_notification_wakes_an_idle_worker_at_the_commit_not_before(conn, db_url, tmp_path):
+    woken = tmp_path / "woken"
+    with worker(db_url, "--poll-interval", "3600") as proc:  # only a notification can wake it
+        idle_worker(conn, tmp_path)
+        with psycopg.connect(db_url) as producer:  # one transaction, committed on exit
+            drainer.enqueue(producer, "default", {"touch": str(woken)})
+            time.sleep(1.5)  # time enough for a worker to react, were anything delivered
+            assert not woken.exists()
+        wait_until(woken.exists)
+        wait_until(lambda: count(conn, "status = 'done'") == 2)
+        totals, _ = stop(proc)
+    assert (totals["done"], totals["stopped"]) == (2, "signal")
+
+
+def test_sigterm_stops_an_idle_worker_and_leaves_no_session(conn, db_url, tmp_path):
+    with worker(db_url, "--poll-interval", "3600") as proc:
+        idle_worker(conn, tmp_path)
+        totals, _ = stop(proc)
+    assert totals["stopped"] == "signal" and totals["claimed"] == totals["done"] == 1
+    sessions = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+    assert sessions == 0
+
+
+@pytest.fixture
+def listen_role(server):
+    with server.admin() as admin:
+        admin.execute(f"DO $$ BEGIN CREATE ROLE {LISTEN_ROLE} LOGIN; "
+                      "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        try:
+            yield admin
+        finally:
+            admin.execute(f"ALTER ROLE {LISTEN_ROLE} CONNECTION LIMIT -1")
+
+
+def test_a_dropped_listen_connection_reconnects_and_the_poll_covers_the_gap(
+        server, listen_role, conn, db_url, tmp_path):
+    dbname = conn.info.dbname
+    admin = listen_role
+    found = tmp_path / "found-by-the-poll"
+    with worker(db_url, "--poll-interval", "1",
+                "--listen-url", server.url(dbname, user=LISTEN_ROLE)) as proc:
+        idle_worker(conn, tmp_path)
+        [first] = listeners(conn)
+        # Keep the listener out while it is gone, so only the poll can find new work.
+        admin.execute(f"ALTER ROLE {LISTEN_ROLE} CONNECTION LIMIT 0")
+        admin.execute("SELECT pg_terminate_backend(%s)", [first])
+        wait_until(lambda: not listeners(conn))
+        drainer.enqueue(conn, "default", {"touch": str(found)})
+        wait_until(found.exists)
+        assert not listeners(conn)  # the poll, not a notification, found it
+        admin.execute(f"ALTER ROLE {LISTEN_ROLE} CONNECTION LIMIT -1")
+        [again] = wait_until(lambda: listeners(conn))
+        assert again != first and proc.poll() is None
+        wait_until(lambda: count(conn, "status = 'done'") == 2)
+        totals, err = stop(proc)
+    assert totals["done"] == 2
+    assert "LISTEN connection lost" in err and "LISTEN connection back" in err
+
+
+def test_a_dropped_claim_connection_reconnects(conn, db_url, tmp_path):
+    woken = tmp_path / "woken"
+    with worker(db_url, "--poll-interval", "3600") as proc:
+        idle_worker(conn, tmp_path)
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                     "current_database() AND application_name = 'drainer'")
+        drainer.enqueue(conn, "default", {"touch": str(woken)})  # the notification wakes it
+        wait_until(woken.exists)
+        wait_until(lambda: count(conn, "status = 'done'") == 2)
+        totals, err = stop(proc)
+    assert totals["done"] == 2 and "database connection lost" in err
+
+
+def test_a_delayed_job_wakes_the_worker_when_due_and_max_runtime_ends_it(conn, db_url):
+    drainer.enqueue(conn, "default", {}, delay=1.5)  # before the worker listens: no hint
+    with worker(db_url, "--poll-interval", "3600", "--max-runtime", "5") as proc:
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    totals = json.loads(out.strip().splitlines()[-1])
+    assert (totals["done"], totals["stopped"]) == (1, "deadline")
+
+
+def test_notifications_carry_the_queue_arrive_at_commit_and_merge(conn, db_url):
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN jobs")
+        with conn.transaction():
+            drainer.enqueue(conn, "mail", {})
+            drainer.enqueue(conn, "mail", {})
+            drainer.enqueue(conn, "sms", {})
+            assert list(listener.notifies(timeout=0.5)) == []  # nothing before the commit
+        got = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+    assert got == ["mail", "sms"]  # identical notifications of one transaction merge
