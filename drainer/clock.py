@@ -14,3 +14,8 @@ def monotonic() -> float:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def wall() -> float:
+    """Seconds since the epoch, for log and metric timestamps only (never job times)."""
+    return time.time()

@@ -214,6 +214,11 @@ def next_due(
     return _run(conn, "next_due", {"queues": list(queues), "now": now}).fetchone()[0]
 
 
+def database_now(conn: psycopg.Connection) -> datetime:
+    """The database clock's now(), for decisions about job times taken outside SQL."""
+    return _run(conn, "now").fetchone()[0]
+
+
 def has_archive(conn: psycopg.Connection) -> bool:
     """Whether `migrate` created the archive table (else archiving deletes)."""
     return _run(conn, "has_archive").fetchone()[0]

@@ -155,6 +155,10 @@ RETURNING id;
 -- The database's notion of a run_at, so bulk COPY rows carry the server's clock.
 SELECT coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0'));
 
+-- name: now
+-- The database clock, for decisions about job times taken outside SQL (wake-ups).
+SELECT now();
+
 -- name: copy_jobs
 COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
 

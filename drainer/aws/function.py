@@ -1,0 +1,155 @@
+"""The Lambda function's run: recognise the trigger, drain within the function's
+remaining time, then act on `drainer.wake.after_run`: continue in a fresh
+invocation, wait a few seconds and drain again, arm a wake-up, or stop.
+
+Every connection is closed before a wait and before returning, so the database
+sees no session from the function between runs and can suspend.
+"""
+
+import logging
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from .. import clock, queue, schema
+from ..db import connect
+from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
+from ..run import Summary, drain
+from ..tasks import select
+from ..wake import Next, after_run
+from . import clients, events, logs, schedule
+from .events import Trigger
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def run_lambda(event: Any, context: Any) -> dict:
+    """One invocation, configured by the environment; returns the run's summary and
+    what it did next. A user-fixable error is logged as one JSON line and raised
+    without its chain, so the invocation shows as failed."""
+    logs.setup(getattr(context, "aws_request_id", None))
+    try:
+        settings = Settings.from_env()
+        trigger = events.recognise(event)
+        if trigger.kind == "migrate":
+            return _migrate(settings)
+        return _drain(trigger, context, settings)
+    except DrainerError as exc:
+        message = redact(str(exc))
+        log.error(message, extra={"data": {"event": "error", "exit_code": exc.exit_code}})
+        raise type(exc)(message) from None
+
+
+def _connect(settings: Settings, **options: Any) -> psycopg.Connection:
+    options.setdefault("statement_timeout", settings.statement_timeout)
+
+    def attempt() -> psycopg.Connection:
+        return connect(settings.credentials.conninfo(), prepare=settings.prepare, **options)
+
+    try:
+        return attempt()
+    except AuthenticationFailed:
+        if not settings.credentials.forget():
+            raise
+        log.info("the database refused the cached secret; reading the secret again")
+        return attempt()
+
+
+def _migrate(settings: Settings) -> dict:
+    # Building an index on a big hand-made table may take longer than a drain's timeout.
+    with _connect(settings, statement_timeout=None) as conn:
+        applied = schema.migrate(conn)
+        version = schema.version(conn)
+    log.info("schema at version %d", version,
+             extra={"data": {"event": "migrated", "version": version, "applied": applied}})
+    return {"version": version, "applied": applied}
+
+
+def _deadline(context: Any, margin: float) -> float:
+    """When to stop claiming, on the clock seam's monotonic scale."""
+    left = context.get_remaining_time_in_millis() / 1000
+    if left <= margin:
+        raise ConfigError(f"the function starts with {left:.0f} s left, no more than its "
+                          f"safety margin of {margin:.0f} s: raise the function's timeout or "
+                          "lower DRAINER_SAFETY_MARGIN")
+    return clock.monotonic() + left - margin
+
+
+def _add(total: Summary, summary: Summary) -> Summary:
+    """`summary` with the counts of the drains before it in this run added."""
+    return replace(summary, **{n: getattr(total, n) + getattr(summary, n) for n in logs.METRICS})
+
+
+def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
+    handlers, queues = select(settings.tasks, settings.queues)
+    began = clock.monotonic()
+    deadline = _deadline(context, settings.margin)
+    log.info("run started by %s", trigger.kind, extra={"data": {
+        "event": "start", "trigger": trigger.kind, "depth": trigger.depth,
+        "queue": trigger.queue}})
+    total = Summary()
+    while True:
+        with _connect(settings) as conn:
+            summary = drain(conn, handlers, settings.options(queues, deadline))
+            now = queue.database_now(conn)
+        total = _add(total, summary)
+        left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
+        decision = after_run(summary, now=now, depth=trigger.depth,
+                             max_depth=settings.max_depth, remaining=left)
+        if decision.action != "wait":
+            break
+        # Due within the minute and time to spare: cheaper than a schedule, and
+        # no session is open while we sleep.
+        log.info("waiting until %s", decision.at.isoformat(),
+                 extra={"data": {"event": "wait", "at": decision.at}})
+        clock.sleep((decision.at - now).total_seconds())
+    total = replace(total, seconds=clock.monotonic() - began)
+    outcome = _act(decision, trigger, context, settings, total)
+    print(logs.metric_line(total, namespace=settings.namespace, function=context.function_name,
+                           trigger=trigger.kind, depth=trigger.depth, next=decision.action,
+                           outcome=outcome), flush=True)
+    return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
+            "next": decision.action, "at": decision.at.isoformat() if decision.at else None,
+            "outcome": outcome}
+
+
+def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
+         total: Summary) -> str:
+    """Carry out the decision. A failed AWS call is logged, not raised: the jobs are
+    safe in the table and the backstop schedule will drain them."""
+    if decision.action == "none":
+        if total.next_due is not None:
+            log.warning("jobs are still ready but the continuation depth is at its limit "
+                        "(DRAINER_MAX_DEPTH=%d); the backstop schedule takes over",
+                        settings.max_depth, extra={"data": {"event": "max_depth"}})
+        return "none"
+    if decision.action == "wake" and not (settings.schedule_group
+                                          and settings.scheduler_role_arn):
+        log.warning("a job is due at %s but wake-ups are not configured "
+                    "(DRAINER_SCHEDULE_GROUP, DRAINER_SCHEDULER_ROLE_ARN); the backstop "
+                    "schedule will run it", decision.at.isoformat(),
+                    extra={"data": {"event": "wake_unconfigured"}})
+        return "not armed"
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        if decision.action == "continue":
+            clients.invoke_async(context.invoked_function_arn,
+                                 events.continuation(trigger.depth + 1))
+            outcome = "continued"
+        else:
+            created = schedule.arm(decision.at, target_arn=context.invoked_function_arn,
+                                   role_arn=settings.scheduler_role_arn,
+                                   group=settings.schedule_group)
+            outcome = "armed" if created else "already armed"
+    except (BotoCoreError, ClientError) as exc:
+        log.error("could not %s: %s; the backstop schedule will drain what is left",
+                  decision.action, exc, extra={"data": {"event": f"{decision.action}_failed"}})
+        return "failed"
+    log.info("%s (%s)", outcome, decision.at.isoformat() if decision.at else "now",
+             extra={"data": {"event": outcome.replace(" ", "_"), "at": decision.at,
+                             "depth": trigger.depth + (decision.action == "continue")}})
+    return outcome

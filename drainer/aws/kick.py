@@ -1,0 +1,103 @@
+"""The producer's side: wake the drainer function right after an enqueue commits,
+instead of waiting for the backstop schedule (the seed's third option: nothing
+polls the database).
+
+    kicker = Kicker("arn:aws:lambda:...:function:drainer")   # once per process
+    with kicker.transaction(conn, "email"):
+        conn.execute("INSERT INTO orders ...")
+        drainer.enqueue(conn, "email", {"order_id": 42})
+    # committed: the function is invoked; rolled back: it is not
+
+Kicks are coalesced: at most one invocation per function per `interval` in a
+process; kicks inside the interval are folded into one sent when it ends, so no
+job waits for the backstop because its kick was folded. A kick that fails is
+logged and dropped, never raised: the job is committed, and the backstop
+schedule drains it.
+"""
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import pq
+
+from .. import clock
+from . import clients, events
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 1.0  # seconds
+
+
+class _Coalescer:
+    """One function's kicks in this process: leading edge now, trailing edge later."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last: float | None = None  # when the last kick was sent
+        self.timer: threading.Timer | None = None
+
+    def request(self, interval: float, send) -> bool:
+        """Send now (True), or make sure one send follows the interval (False)."""
+        with self.lock:
+            now = clock.monotonic()
+            wait = 0.0 if self.last is None else self.last + interval - now
+            if wait > 0:
+                if self.timer is None:
+                    self.timer = threading.Timer(wait, self._trailing, (send,))
+                    self.timer.daemon = True
+                    self.timer.start()
+                return False
+            self.last = now
+        send()
+        return True
+
+    def _trailing(self, send) -> None:
+        with self.lock:
+            self.timer, self.last = None, clock.monotonic()
+        send()
+
+
+_coalescers: dict[str, _Coalescer] = {}
+_registry_lock = threading.Lock()
+
+
+class Kicker:
+    def __init__(self, function: str, *, interval: float = DEFAULT_INTERVAL):
+        """`function`: the drainer function's name or ARN (an alias ARN keeps the alias)."""
+        self.function = function
+        self.interval = interval
+        with _registry_lock:
+            self._coalescer = _coalescers.setdefault(function, _Coalescer())
+
+    def kick(self, queue: str) -> bool:
+        """Invoke the function asynchronously, unless a kick was sent within the
+        interval (then one follows when it ends). Call it after your commit (e.g.
+        from your framework's on-commit hook); never raises. True when sent now."""
+        return self._coalescer.request(self.interval, lambda: self._send(queue))
+
+    def _send(self, queue: str) -> None:
+        try:
+            clients.invoke_async(self.function, events.kick(queue))
+        except Exception as exc:  # noqa: BLE001 - a kick must never fail the producer
+            log.warning("kick of %s failed (%s: %s); the backstop schedule will drain the job",
+                        self.function, type(exc).__name__, exc)
+
+    @contextmanager
+    def transaction(self, conn: psycopg.Connection, queue: str) -> Iterator[None]:
+        """A transaction on `conn` that kicks the function once it has committed.
+
+        It must be the outermost transaction: inside another one it would be a
+        savepoint, and a kick before the real commit would find nothing to drain.
+        """
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise RuntimeError("Kicker.transaction() must begin the transaction, but the "
+                               "connection is already in one; kick after your own commit")
+        body_done = False
+        with conn.transaction():
+            yield
+            body_done = True  # skipped when the block raises, psycopg.Rollback included
+        if body_done:
+            self.kick(queue)

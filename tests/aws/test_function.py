@@ -1,0 +1,195 @@
+"""The Lambda handler end to end: fake context, moto, a real PostgreSQL."""
+
+import json
+import threading
+
+import boto3
+import psycopg
+import pytest
+
+from drainer import clock, enqueue, enqueue_many, errors, schema
+from drainer.aws import events, schedule
+from drainer.wake import ceil_minute
+from handlers.aws_lambda import handler
+from tests.aws.conftest import FUNCTION_ARN, GROUP, REGION, ROLE_ARN, FakeContext
+from tests.conftest import count
+
+
+def sessions(conn: psycopg.Connection) -> int:
+    """Sessions the drainer has open on the test's database."""
+    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                        "current_database() AND application_name = 'drainer'").fetchone()[0]
+
+
+def stdout_lines(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+
+
+@pytest.mark.parametrize("event", [
+    {"source": "drainer.cron"},
+    {"version": "0", "id": "e1", "detail-type": "Scheduled Event", "source": "aws.events",
+     "time": "2026-12-02T12:00:00Z", "resources": ["arn:aws:events:::rule/backstop"]},
+    {"source": "drainer.enqueue", "queue": "aws"},
+])
+def test_a_scheduled_or_kicked_run_drains_and_leaves_no_session(function_env, conn, capsys,
+                                                               event):
+    for n in range(5):
+        enqueue(conn, "aws", {"n": n})
+    enqueue(conn, "aws", {"fail": "boom"}, max_attempts=1)
+    result = handler(event, FakeContext(120))
+    assert (result["claimed"], result["done"], result["failed"]) == (6, 5, 1)
+    assert (result["next"], result["next_due"]) == ("none", None)
+    assert result["trigger"] == events.recognise(event).kind
+    assert count(conn, "status = 'done'") == 5
+    assert sessions(conn) == 0
+    lines = stdout_lines(capsys)  # every line of stdout is JSON
+    metric = [line for line in lines if "_aws" in line]
+    assert len(metric) == 1
+    assert (metric[0]["done"], metric[0]["failed"], metric[0]["FunctionName"]) == (5, 1, "drainer")
+    names = {m["Name"] for m in metric[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert names == {"claimed", "done", "failed", "retried", "reaped", "archived", "lost",
+                     "seconds"}
+    assert {line["request_id"] for line in lines if "_aws" not in line} == {
+        FakeContext.aws_request_id}
+
+
+def test_work_due_within_the_minute_is_waited_for_with_no_session_open(function_env, conn,
+                                                                       capsys, monkeypatch):
+    enqueue(conn, "aws", {}, delay=1.5)
+    seen = []
+    original = clock.sleep
+
+    def sleep(seconds):  # what the database sees while the function waits
+        seen.append(sessions(conn))
+        original(seconds)
+
+    monkeypatch.setattr(clock, "sleep", sleep)
+    result = handler({"source": "drainer.cron"}, FakeContext(120))
+    assert (result["done"], result["next"]) == (1, "none")
+    assert seen == [0]
+    assert any(line.get("event") == "wait" for line in stdout_lines(capsys))
+
+
+def test_a_run_cut_by_its_deadline_continues_itself_until_the_maximum_depth(
+        function_env, conn, invokes, monkeypatch, capsys):
+    monkeypatch.setenv("DRAINER_SAFETY_MARGIN", "0.5")
+    monkeypatch.setenv("DRAINER_MAX_DEPTH", "2")
+    enqueue_many(conn, "aws", [{"sleep": 0.1}] * 40)
+    invokes.expect(events.continuation(1))
+    invokes.expect(events.continuation(2))
+    results = [handler(event, FakeContext(1.5)) for event in (
+        {"source": "drainer.cron"}, events.continuation(1), events.continuation(2))]
+    assert [r["stopped"] for r in results] == ["deadline"] * 3
+    assert [r["next"] for r in results] == ["continue", "continue", "none"]
+    assert [e["depth"] for e in invokes.events()] == [1, 2]  # none past the maximum
+    assert {p["FunctionName"] for p in invokes.sent} == {FUNCTION_ARN}  # alias kept
+    assert all(r["claimed"] > 0 for r in results)
+    # Nothing claimed that could not finish: every claim ended done, none running.
+    assert count(conn, "status = 'running'") == 0
+    assert count(conn, "status = 'done'") == sum(r["done"] for r in results)
+    assert count(conn, "status = 'queued'") == 40 - sum(r["done"] for r in results) > 0
+    assert any(line.get("event") == "max_depth" for line in stdout_lines(capsys))
+
+
+def test_a_failed_continuation_is_logged_and_the_run_still_succeeds(function_env, conn,
+                                                                   invokes, monkeypatch,
+                                                                   capsys):
+    monkeypatch.setenv("DRAINER_SAFETY_MARGIN", "0.5")
+    enqueue_many(conn, "aws", [{"sleep": 0.1}] * 20)
+    invokes.fail_next()
+    result = handler({"source": "drainer.cron"}, FakeContext(1))
+    assert (result["next"], result["outcome"]) == ("continue", "failed")
+    assert any(line.get("event") == "continue_failed" for line in stdout_lines(capsys))
+
+
+def scheduler():
+    return boto3.client("scheduler", region_name=REGION)
+
+
+def test_a_future_next_due_arms_one_wake_up_for_its_minute(function_env, conn, wake_group):
+    job = enqueue(conn, "aws", {}, delay=300)
+    run_at = conn.execute("SELECT run_at FROM jobs WHERE id = %s", [job]).fetchone()[0]
+    at = ceil_minute(run_at)
+    result = handler({"source": "drainer.cron"}, FakeContext(60))
+    assert (result["claimed"], result["next"], result["outcome"]) == (0, "wake", "armed")
+    assert result["at"] == at.isoformat()
+    got = scheduler().get_schedule(GroupName=GROUP, Name=schedule.name_for(at))
+    assert got["ScheduleExpression"] == f"at({at:%Y-%m-%dT%H:%M:00})"
+    assert got["ScheduleExpressionTimezone"] == "UTC"
+    assert got["ActionAfterCompletion"] == "DELETE"
+    assert got["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    assert (got["Target"]["Arn"], got["Target"]["RoleArn"]) == (FUNCTION_ARN, ROLE_ARN)
+    assert json.loads(got["Target"]["Input"]) == events.wake(at)
+    assert events.recognise(json.loads(got["Target"]["Input"])).kind == "wake"
+    assert sessions(conn) == 0
+
+
+def test_concurrent_runs_arming_the_same_minute_create_one_schedule(function_env, conn,
+                                                                    wake_group):
+    enqueue(conn, "aws", {}, delay=300)
+    outcomes = []
+    threads = [threading.Thread(target=lambda: outcomes.append(
+        handler({"source": "drainer.cron"}, FakeContext(60))["outcome"])) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(scheduler().list_schedules(GroupName=GROUP)["Schedules"]) == 1
+    assert "armed" in outcomes and set(outcomes) <= {"armed", "already armed"}
+    later = handler({"source": "drainer.wake", "at": "2026-01-01T00:00:00+00:00"},
+                    FakeContext(60))
+    assert later["outcome"] == "already armed"  # ConflictException: nothing added
+    assert len(scheduler().list_schedules(GroupName=GROUP)["Schedules"]) == 1
+
+
+def test_without_a_wake_up_configuration_the_backstop_is_left_to_run_it(function_env, conn,
+                                                                       monkeypatch):
+    monkeypatch.delenv("DRAINER_SCHEDULER_ROLE_ARN")
+    enqueue(conn, "aws", {}, delay=300)
+    result = handler({"source": "drainer.cron"}, FakeContext(60))
+    assert (result["next"], result["outcome"]) == ("wake", "not armed")
+
+
+def test_no_database_configured_is_a_clear_configuration_error(monkeypatch, capsys):
+    monkeypatch.setenv("DRAINER_TASKS", "tests.aws.tasks")
+    with pytest.raises(errors.ConfigError) as info:
+        handler({"source": "drainer.cron"}, FakeContext(60))
+    assert "DATABASE_URL" in str(info.value) and "DRAINER_DATABASE_SECRET_ARN" in str(info.value)
+    assert info.value.exit_code == 2
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    [line] = stdout_lines(capsys)
+    assert (line["level"], line["event"], line["exit_code"]) == ("ERROR", "error", 2)
+
+
+def test_a_missing_secret_is_a_clear_configuration_error(monkeypatch):
+    arn = f"arn:aws:secretsmanager:{REGION}:123456789012:secret:nope-AbCdEf"
+    monkeypatch.setenv("DRAINER_TASKS", "tests.aws.tasks")
+    monkeypatch.setenv("DRAINER_DATABASE_SECRET_ARN", arn)
+    with pytest.raises(errors.ConfigError, match="does not exist"):
+        handler({"source": "drainer.cron"}, FakeContext(60))
+
+
+@pytest.mark.parametrize("env, event, error, text", [
+    ({}, {"key1": "value1"}, errors.BadInput, "unrecognised event"),
+    ({}, {"source": "drainer.continue", "depth": "1"}, errors.BadInput, "depth"),
+    ({"DRAINER_SAFETY_MARGIN": "90"}, {"source": "drainer.cron"}, errors.ConfigError,
+     "DRAINER_SAFETY_MARGIN"),
+    ({"DRAINER_MAX_DEPTH": "-1"}, {"source": "drainer.cron"}, errors.ConfigError,
+     "DRAINER_MAX_DEPTH"),
+    ({"DRAINER_QUEUES": "nope"}, {"source": "drainer.cron"}, errors.ConfigError,
+     "no task for queue 'nope'"),
+])
+def test_bad_events_and_settings_are_one_line_errors(function_env, monkeypatch, env, event,
+                                                     error, text):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(error, match=text) as info:
+        handler(event, FakeContext(60))
+    assert "\n" not in str(info.value)
+
+
+def test_the_migrate_event_creates_the_schema(empty_db_url, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", empty_db_url)
+    result = handler({"source": "drainer.migrate"}, FakeContext(60))
+    assert result["version"] == schema.LATEST_VERSION and result["applied"]
+    assert handler({"source": "drainer.migrate"}, FakeContext(60))["applied"] == []
