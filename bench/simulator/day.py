@@ -9,9 +9,12 @@ Jobs are drawn once from the file's seed, so every strategy replays the same day
 import json
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from drainer.aws.kick import DEFAULT_INTERVAL
+from drainer.aws.settings import DEFAULT_MAX_DEPTH, Settings
 
 from .table import Spec
 
@@ -30,10 +33,12 @@ class Model:
     concurrency: int = 1  # handler threads per drain or worker
     invoke: float = 0.3  # from an asynchronous Lambda invoke to the handler running
     function_timeout: float = 900.0
-    margin: float = 10.0  # kept back from the function's remaining time
-    max_depth: int = 3  # continuations in a row
-    kick_coalesce: float = 0.0  # a producer kicks at most once per this many seconds
     backstop_minutes: float = 60.0
+    # The function's own defaults (drainer.aws): kept back from its remaining time,
+    # continuations in a row, and a producer process's kick coalescing interval.
+    margin: float = next(f.default for f in fields(Settings) if f.name == "margin")
+    max_depth: int = DEFAULT_MAX_DEPTH
+    kick_coalesce: float = DEFAULT_INTERVAL
 
 
 @dataclass(frozen=True)

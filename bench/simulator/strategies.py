@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from drainer.run import Sizer, Summary
 from drainer.wake import after_run
+from drainer.worker import MIN_WAIT, Backoff
 
 from .compute import Compute, Session
 from .day import Day
@@ -163,8 +164,10 @@ class Poll(Strategy):
 
 @dataclass
 class Listen(Strategy):
-    """An always-on worker on LISTEN jobs, with a fallback poll. A suspension drops
-    its connection, and it reconnects (and LISTENs) at once, as a worker does."""
+    """`python -m drainer work` (drainer.worker): always on, LISTEN jobs on one
+    connection, drain on the other; after each drain it waits for a notification,
+    the drain's next_due or the fallback poll, whichever comes first. A suspension
+    drops both connections, and it reconnects at once (its first backoff step)."""
 
     fallback: float
     always_on = True
@@ -186,14 +189,20 @@ class Listen(Strategy):
             self.notified.set()
 
     def worker(self, world: World) -> Process:
-        session, summary = world.session(), Summary()
-        sizer = Sizer(None, world.model.concurrency)
-        self.listening = session
+        sim = world.sim
+        self.listening, claims = world.session(), world.session()
         while True:
-            if session.epoch != world.compute.epoch:
-                yield from session.sql()  # (re)connect and LISTEN
-            yield from work(world, session, sizer, None, summary)
-            yield Wait((self.notified, world.compute.suspended), self.fallback)
+            if self.listening.epoch != world.compute.epoch:
+                yield from self.listening.sql()  # (re)connect and LISTEN
+            self.notified.pending = False  # the drain's claims see what they announced
+            summary = yield from drain(world, claims, None)
+            due = summary.next_due
+            yield from claims.sql()  # seconds_until next_due, by the database clock
+            wait = self.fallback if due is None else min(
+                self.fallback, max(MIN_WAIT, world.day.seconds_of(due) - sim.now))
+            fired = yield Wait((self.notified, world.compute.suspended), wait)
+            if fired is world.compute.suspended:
+                yield Backoff.FIRST
 
 
 @dataclass
@@ -207,8 +216,10 @@ class Cron(Strategy):
         return f"cron drain every {self.every / 60:g} min"
 
     def start(self, world: World) -> None:
-        for tick in range(int(world.day.seconds // self.every) + 1):
-            world.sim.spawn(self.run(world), tick * self.every)
+        tick = 0.0
+        while tick < world.day.seconds:
+            world.sim.spawn(self.run(world), tick)
+            tick += self.every
 
     def run(self, world: World) -> Process:
         world.invocations += 1
@@ -230,6 +241,7 @@ class Ours(Strategy):
     def __post_init__(self) -> None:
         self.armed: set[float] = set()
         self.last_kick = float("-inf")
+        self.trailing = False  # a folded kick is due when the interval ends
 
     @property
     def name(self) -> str:
@@ -243,9 +255,18 @@ class Ours(Strategy):
             tick += every
 
     def committed(self, world: World, rows: list[Row]) -> None:
-        if world.sim.now - self.last_kick >= world.model.kick_coalesce:
-            self.last_kick = world.sim.now
-            self.invoke(world, 0)
+        """`drainer.aws.kick.Kicker` in one producer process: a kick now, or, within the
+        interval after the last one, a single kick folded in at the interval's end."""
+        wait = self.last_kick + world.model.kick_coalesce - world.sim.now
+        if wait <= 0:
+            self._kick(world)
+        elif not self.trailing:
+            self.trailing = True
+            world.sim.call_at(world.sim.now + wait, lambda: self._kick(world))
+
+    def _kick(self, world: World) -> None:
+        self.trailing, self.last_kick = False, world.sim.now
+        self.invoke(world, 0)
 
     def invoke(self, world: World, depth: int) -> None:
         world.invocations += 1
