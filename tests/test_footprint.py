@@ -1,5 +1,8 @@
 """What a drain leaves on the database: no open transaction while a handler works,
-no session after exit, and at most 4 statements for an empty queue."""
+no session after exit, at most 4 statements for an empty queue, and a session that
+lives no longer than its handlers and its SQL take."""
+
+import time
 
 import psycopg
 import pytest
@@ -51,3 +54,40 @@ def test_an_empty_queue_run_sends_at_most_4_statements(server, db_url):
             "ON d.oid = s.dbid WHERE d.datname = %s", (dbname_of(db_url),)).fetchall()
     assert sum(n for _, n in calls) <= 4, calls
     assert any("FOR UPDATE SKIP LOCKED" in q for q, _ in calls)  # it did look for work
+
+
+def database_times(server, dbname: str, sessions: int) -> tuple[float, float]:
+    """(session_time, active_time) in ms of `dbname`'s ended sessions, once `sessions`
+    of them have ended and none is connected (statistics arrive as backends exit)."""
+    with server.admin() as admin:
+        for _ in range(200):
+            admin.execute("SELECT pg_stat_clear_snapshot()")
+            connected, ended, session_ms, active_ms = admin.execute(
+                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = d.datname),"
+                " sessions, session_time, active_time FROM pg_stat_database d"
+                " WHERE datname = %s", (dbname,)).fetchone()
+            if not connected and ended >= sessions:
+                return session_ms, active_ms
+            time.sleep(0.05)
+    raise AssertionError(f"{dbname}: {connected} sessions connected, {ended} ended")
+
+
+def test_the_run_is_active_only_while_its_handlers_and_its_sql_run(server, db_url):
+    """The activity window a scale-to-zero compute sees (the session's life, from
+    connecting to its last state change) is the handlers' time plus the SQL's, within
+    50 ms: the drainer itself never keeps the compute awake."""
+    jobs, sleep = 3, 0.2
+    with connect(db_url) as conn:
+        for _ in range(jobs):
+            drainer.enqueue(conn, "default", {"sleep": sleep})
+    name = dbname_of(db_url)
+    window_before, sql_before = database_times(server, name, sessions=1)
+    result = run_cli("drain", "--database-url", db_url, "--tasks", "behave")
+    assert result.returncode == 0, result.stderr
+    assert summary_of(result.stdout)["done"] == jobs
+    window_after, sql_after = database_times(server, name, sessions=2)
+    window = (window_after - window_before) / 1000
+    sql = (sql_after - sql_before) / 1000
+    handlers = jobs * sleep
+    assert window >= handlers  # it is the drain's session we measured
+    assert window - handlers - sql < 0.050, (window, handlers, sql)
