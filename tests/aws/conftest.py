@@ -4,8 +4,9 @@ Docker), fake credentials and region, and a fake Lambda context. Nothing here
 reaches the network."""
 
 import json
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import boto3
@@ -14,7 +15,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from drainer import clock
-from drainer.aws import clients, credentials, kick
+from drainer.aws import clients, credentials, kick, logs
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -58,6 +59,13 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[None]:
     with mock_aws():
         yield
     get.cache_clear()
+    for coalescer in kick._coalescers.values():  # no trailing kick fires after the test
+        if coalescer.timer:
+            coalescer.timer.cancel()
+    root = logging.getLogger("drainer")  # undo logs.setup: other tests read records
+    for handler in [h for h in root.handlers if h.formatter is logs._formatter]:
+        root.removeHandler(handler)
+    root.propagate = True
 
 
 @pytest.fixture
@@ -76,6 +84,7 @@ class Invokes:
 
     stubber: Stubber
     sent: list[dict] = field(default_factory=list)
+    on_call: Callable[[], None] | None = None  # runs at the moment of each call
 
     def expect(self, event: dict, function: str = FUNCTION_ARN) -> None:
         self.stubber.add_response("invoke", {"StatusCode": 202}, {
@@ -95,8 +104,12 @@ def invokes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Invokes]:
     record = Invokes(Stubber(client))
     # Runs before the Stubber answers, so a test can look at the world as it is
     # at the moment of the call.
-    client.meta.events.register_first("before-parameter-build.lambda.Invoke",
-                                      lambda params, **_: record.sent.append(dict(params)))
+    def called(params: dict, **_: object) -> None:
+        record.sent.append(dict(params))
+        if record.on_call:
+            record.on_call()
+
+    client.meta.events.register_first("before-parameter-build.lambda.Invoke", called)
     real = clients.get
     monkeypatch.setattr(clients, "get", lambda s: client if s == "lambda" else real(s))
     with record.stubber:

@@ -1,0 +1,56 @@
+"""Trigger shapes, and wake-up names and expressions checked as the service would."""
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from drainer import errors
+from drainer.aws import events, schedule
+from drainer.aws.events import Trigger
+from tests.aws.conftest import FUNCTION_ARN, GROUP, ROLE_ARN
+
+
+@pytest.mark.parametrize("event, trigger", [
+    ({"source": "drainer.cron"}, Trigger("cron")),
+    ({"source": "aws.events", "detail-type": "Scheduled Event"}, Trigger("cron")),
+    ({"source": "aws.scheduler", "detail-type": "Scheduled Event"}, Trigger("cron")),
+    ({"source": "drainer.enqueue", "queue": "email"}, Trigger("enqueue", queue="email")),
+    (events.kick("email"), Trigger("enqueue", queue="email")),
+    (events.continuation(3), Trigger("continue", depth=3)),
+    (events.wake(datetime(2026, 12, 2, 12, 1, tzinfo=UTC)), Trigger("wake")),
+    ({"source": "drainer.migrate"}, Trigger("migrate")),
+])
+def test_triggers_are_recognised(event, trigger):
+    assert events.recognise(event) == trigger
+
+
+@pytest.mark.parametrize("event", [
+    {}, [], "drainer.cron", None, {"source": "aws.events", "detail-type": "EC2 State Change"},
+    {"source": "drainer.continue"}, {"source": "drainer.continue", "depth": 0},
+    {"source": "drainer.continue", "depth": True},
+])
+def test_anything_else_is_refused(event):
+    with pytest.raises(errors.BadInput):
+        events.recognise(event)
+
+
+def test_a_wake_up_is_named_and_timed_by_its_utc_minute():
+    at = datetime(2026, 12, 2, 13, 1, tzinfo=timezone(timedelta(hours=1)))  # 12:01 UTC
+    assert schedule.name_for(at) == "wake-20261202T1201Z"
+    assert schedule.expression_for(at) == "at(2026-12-02T12:01:00)"
+    assert schedule.NAME.fullmatch(schedule.name_for(at))
+    assert schedule.AT.fullmatch(schedule.expression_for(at))
+    with pytest.raises(ValueError, match="time zone"):
+        schedule.name_for(datetime(2026, 12, 2, 12, 1))
+
+
+@pytest.mark.parametrize("group, role, text", [
+    ("my group", ROLE_ARN, "schedule group"),
+    ("g" * 65, ROLE_ARN, "schedule group"),
+    (GROUP, "arn:aws:iam::123:role/x", "scheduler role"),
+    (GROUP, "drainer-scheduler", "scheduler role"),
+])
+def test_names_the_service_would_refuse_are_configuration_errors(group, role, text):
+    with pytest.raises(errors.ConfigError, match=text):
+        schedule.arm(datetime(2026, 12, 2, 12, 1, tzinfo=UTC), target_arn=FUNCTION_ARN,
+                     role_arn=role, group=group)

@@ -1,0 +1,23 @@
+"""The command line never imports boto3 (a few hundred ms of start-up): only
+drainer.aws does, when it first needs a client."""
+
+import json
+
+from tests.conftest import clean_env, run_cli
+
+
+def imported(stderr: str) -> set[str]:
+    """Top-level packages named by `-X importtime` lines (PYTHONPROFILEIMPORTTIME)."""
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0]
+            for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_local_drain_does_not_import_boto3(db_url):
+    env = clean_env(PYTHONPROFILEIMPORTTIME="1")
+    run_cli("enqueue", "default", "{}", "--database-url", db_url, env=env)
+    proc = run_cli("drain", "--database-url", db_url, "--tasks", "behave", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["done"] == 1
+    modules = imported(proc.stderr)
+    assert {"drainer", "psycopg"} <= modules  # the profile did record imports
+    assert not modules & {"boto3", "botocore", "moto"}
