@@ -130,12 +130,14 @@ def chart(day: days.Day, results: dict[float, list[Result]], path: Path) -> None
         ax.axvline(awake, color="grey", linestyle=":", linewidth=1)
         ax.annotate("ideal", (awake, 9000), xytext=(3, 0), textcoords="offset points",
                     fontsize=7, color="grey")
-        placed: list[tuple[float, float]] = []
+        points = [(r.awake_hours, math.log10(percentile(r.latency, 0.99))) for r in rows]
+        placed: list[tuple[float, float, float]] = []
         for r in sorted(rows, key=lambda r: -percentile(r.latency, 0.99)):  # labels top down
             x, y = r.awake_hours, percentile(r.latency, 0.99)
             ax.scatter(x, y, s=36, color=plt.cm.tab10(rows.index(r)), edgecolor="black",
                        linewidth=0.4, zorder=3)
-            ax.annotate(r.strategy, (x, y), **_label_place(x, math.log10(y), placed))
+            ax.annotate(r.strategy, (x, y), **_label_place(r.strategy, x, math.log10(y), placed,
+                                                          points))
         ax.set_yscale("log")
         ax.set_ylim(0.1, 20000)
         ax.set_xlim(0, 25.5)
@@ -151,13 +153,22 @@ def chart(day: days.Day, results: dict[float, list[Result]], path: Path) -> None
     plt.close(fig)
 
 
-def _label_place(x: float, log_y: float, placed: list[tuple[float, float]]) -> dict:
-    """Where a point's label goes: left of points near the right edge, nudged down
-    off labels already placed nearby (in hours and decades)."""
-    while any(abs(x - px) < 4 and abs(log_y - py) < 0.22 for px, py in placed):
-        log_y -= 0.25
-    placed.append((x, log_y))
+def _label_place(text: str, x: float, log_y: float, placed: list[tuple[float, float, float]],
+                 points: list[tuple[float, float]]) -> dict:
+    """Where a point's label goes: beside it, toward the middle of the chart, nudged
+    down off the labels already placed and the points it would cover (in hours and
+    decades; a character is about a third of an hour wide at this size)."""
     right = x > 16
+    width = 0.34 * len(text)
+    begin, end = (x - 0.6 - width, x - 0.6) if right else (x + 0.6, x + 0.6 + width)
+
+    def clashes(ly: float) -> bool:
+        return (any(b < end and begin < e and abs(ly - py) < 0.2 for b, e, py in placed)
+                or any(begin < px < end and abs(ly - py) < 0.2 for px, py in points))
+
+    while clashes(log_y):
+        log_y -= 0.2
+    placed.append((begin, end, log_y))
     return {"xytext": (x - 0.6 if right else x + 0.6, 10**log_y), "fontsize": 7,
             "ha": "right" if right else "left", "va": "center",
             "arrowprops": {"arrowstyle": "-", "linewidth": 0.3, "color": "grey"}}
