@@ -130,9 +130,10 @@ def chart(day: days.Day, results: dict[float, list[Result]], path: Path) -> None
         ax.axvline(awake, color="grey", linestyle=":", linewidth=1)
         ax.annotate("ideal", (awake, 9000), xytext=(3, 0), textcoords="offset points",
                     fontsize=7, color="grey")
-        points = [(r.awake_hours, math.log10(percentile(r.latency, 0.99))) for r in rows]
+        started = [r for r in rows if r.latency]  # a strategy that started nothing has no p99
+        points = [(r.awake_hours, math.log10(percentile(r.latency, 0.99))) for r in started]
         placed: list[tuple[float, float, float]] = []
-        for r in sorted(rows, key=lambda r: -percentile(r.latency, 0.99)):  # labels top down
+        for r in sorted(started, key=lambda r: -percentile(r.latency, 0.99)):  # top down
             x, y = r.awake_hours, percentile(r.latency, 0.99)
             ax.scatter(x, y, s=36, color=plt.cm.tab10(rows.index(r)), edgecolor="black",
                        linewidth=0.4, zorder=3)

@@ -118,3 +118,15 @@ def test_a_day_file_that_is_not_json_is_one_line_and_exit_2(capsys, tmp_path):
     day.write_text("{")
     assert main(["--day", str(day), "--no-chart"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_the_chart_is_a_png_with_a_panel_per_timeout(tmp_path):
+    pytest.importorskip("matplotlib")  # the optional `bench` extra
+    day, png = tmp_path / "day.json", tmp_path / "chart.png"
+    day.write_text('{"hours": 1, "bursts": [{"at": "00:10", "minutes": 1, "jobs": 5}]}')
+    assert main(["--day", str(day), "--timeout", "5", "--timeout", "10",
+                 "--chart", str(png)]) == 0
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(header[16:20], "big")
+    assert width == 2 * 450  # two panels of 5 inches at 90 dpi
