@@ -196,10 +196,11 @@ class Listen(Strategy):
                 yield from self.listening.sql()  # (re)connect and LISTEN
             self.notified.pending = False  # the drain's claims see what they announced
             summary = yield from drain(world, claims, None)
-            due = summary.next_due
-            yield from claims.sql()  # seconds_until next_due, by the database clock
-            wait = self.fallback if due is None else min(
-                self.fallback, max(MIN_WAIT, world.day.seconds_of(due) - sim.now))
+            wait = self.fallback
+            if summary.next_due is not None:
+                yield from claims.sql()  # seconds_until next_due, by the database clock
+                until = world.day.seconds_of(summary.next_due) - sim.now
+                wait = min(self.fallback, max(MIN_WAIT, until))
             fired = yield Wait((self.notified, world.compute.suspended), wait)
             if fired is world.compute.suspended:
                 yield Backoff.FIRST
