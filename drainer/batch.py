@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from . import clock
-from .queue import Job
+from .queue import Job, Undecodable
 from .tasks import Handler, timeout_of
 
 MAX_ERROR = 2000  # characters of last_error kept per failure
@@ -112,11 +112,7 @@ class Batch:
         try:
             while not written_off and (job := self._next()) is not None:
                 began = clock.monotonic()
-                try:
-                    self.handlers[job.queue](job)  # the return value is ignored
-                    error = None
-                except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
-                    error = describe(exc)
+                error = self._call(job)
                 written_off = not self._finish(job, error, clock.monotonic() - began)
         finally:
             if not written_off:
@@ -124,6 +120,16 @@ class Batch:
                     self.active -= 1
                     if not self.active:
                         self.idle.set()
+
+    def _call(self, job: Job) -> str | None:
+        """Run the job's handler: None when it returned, else what went wrong."""
+        if isinstance(job.payload, Undecodable):
+            return f"the payload cannot be loaded: {job.payload.reason}"
+        try:
+            self.handlers[job.queue](job)  # the return value is ignored
+            return None
+        except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
+            return describe(exc)
 
     def _spawn(self) -> None:
         threading.Thread(target=self._work, daemon=True, name="drainer-handler").start()

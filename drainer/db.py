@@ -12,15 +12,20 @@ APPLICATION_NAME = "drainer"
 def parse_url(url: str) -> dict:
     """The URL's parameters, or ConfigError (exit 2) for one libpq could never use."""
     try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
+        # libpq would stop reading at a NUL and use what comes before it.
+        params = None if "\x00" in url else psycopg.conninfo.conninfo_to_dict(url)
+    except (psycopg.ProgrammingError, UnicodeError):  # UnicodeError: a lone surrogate
         params = None
     ports = str((params or {}).get("port") or "5432").split(",")
-    if params is None or not all(p.strip().isdigit() for p in ports):
+    if params is None or not all(_is_port(p.strip()) for p in ports):
         raise ConfigError(
             "the database URL is not valid; expected postgresql://user:password@host:port/db"
         )
     return params
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
 
 
 def connect(

@@ -52,6 +52,11 @@ _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
+# libpq's own checks of connection options, made before it tries to connect.
+_BAD_OPTION = re.compile(
+    r"invalid (\w+ value|port number|integer value)|could not parse network address")
+
+
 def redact(text: str, *secrets: str | None) -> str:
     """`text` with URL passwords, `password=` pairs and the given secrets masked."""
     text = _PASSWORD_IN_URL.sub(r"\1***@", text)
@@ -68,7 +73,7 @@ def password_of(url: str | None) -> str | None:
         return None
     try:
         return psycopg.conninfo.conninfo_to_dict(url).get("password") or None
-    except psycopg.Error:
+    except (psycopg.Error, UnicodeError):  # not a URL libpq can read: nothing to mask
         return None
 
 
@@ -92,6 +97,8 @@ def translate(exc: psycopg.Error) -> DrainerError:
         return ConfigError(f"permission denied ({detail}); grant the role what the drain needs")
     if isinstance(exc, pg.DataError | pg.IntegrityError | pg.ProgramLimitExceeded):
         return BadInput(f"the database refused the value: {detail}")
+    if isinstance(exc, psycopg.OperationalError) and _BAD_OPTION.search(detail):
+        return ConfigError(f"the database URL is not valid ({detail})")
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return DatabaseUnavailable(
             f"database unavailable ({detail}); check the URL and that the server is running"

@@ -7,17 +7,28 @@ database clock says another time; production passes None and `now()` decides.
 """
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import psycopg
+from psycopg.types.json import set_json_loads
 
 from .errors import BadInput, translated
 from .sql import QUERIES
 
 ARCHIVE_BATCH = 10_000
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # \u0000, not an escaped backslash + u0000
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A stored payload Python's json cannot load (nested too deep, a number too long),
+    e.g. written by another producer; its job fails without running its handler."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +37,13 @@ class Job:
 
     id: int
     queue: str
-    payload: dict
+    payload: dict  # or Undecodable
     attempts: int
     max_attempts: int
 
 
-def _run(conn: psycopg.Connection, name: str, params: dict | None = None) -> psycopg.Cursor:
+def _run(conn: psycopg.Connection | psycopg.Cursor, name: str, params: dict | None = None
+         ) -> psycopg.Cursor:
     with translated():
         return conn.execute(QUERIES[name], params or {})
 
@@ -44,7 +56,7 @@ def check_queue(queue: str) -> str:
     """The queue name, or BadInput when no NOTIFY could carry it."""
     if not isinstance(queue, str) or not queue or "\x00" in queue:
         raise BadInput("a queue name must be a non-empty string without NUL characters")
-    if len(queue.encode()) > MAX_QUEUE_NAME:
+    if len(_utf8(queue, "a queue name")) > MAX_QUEUE_NAME:
         raise BadInput(f"a queue name must be at most {MAX_QUEUE_NAME} bytes")
     return queue
 
@@ -55,16 +67,27 @@ def encode_payload(payload: object) -> str:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadInput(f"the payload is not JSON-serialisable: {exc}") from exc
-    if "\x00" in text or "\\u0000" in text:
+    if _NUL_ESCAPE.search(text):
         raise BadInput("the payload contains a NUL character, which jsonb cannot store")
+    _utf8(text, "the payload")
     return text
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"{what} contains a lone surrogate, which is not valid Unicode") from None
 
 
 def _when(run_at: datetime | None, delay: float | timedelta | None) -> dict:
     if run_at is not None and delay is not None:
         raise BadInput("give run_at or delay, not both")
     if isinstance(delay, int | float):
-        delay = timedelta(seconds=delay)
+        try:
+            delay = timedelta(seconds=delay)
+        except (OverflowError, ValueError):  # NaN, or beyond timedelta's range
+            raise BadInput(f"the delay {delay!r} is not a usable number of seconds") from None
     return {"run_at": run_at, "delay": delay}
 
 
@@ -129,7 +152,18 @@ def claim(
 ) -> list[Job]:
     """Claim up to `batch_size` ready jobs, oldest run_at first; commits at once."""
     params = {"queues": list(queues), "limit": batch_size, "lease": lease, "now": now}
-    return [Job(*row) for row in _run(conn, "claim", params)]
+    cursor = conn.cursor()
+    # The rows are claimed once the statement commits: one payload that fails to
+    # load must not lose the whole batch (nor crash every later drain).
+    set_json_loads(_loads, cursor)
+    return [Job(*row) for row in _run(cursor, "claim", params)]
+
+
+def _loads(data: bytes | str) -> object:
+    try:
+        return json.loads(data)
+    except (RecursionError, ValueError) as exc:
+        return Undecodable(f"{type(exc).__name__}: {exc}")
 
 
 def complete(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:

@@ -17,9 +17,19 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from drainer.cluster import Cluster
 from drainer.schema import migrate
+
+# Generated-input tests: a few examples each in the default run, 1,000 in CI's soak
+# step (`--hypothesis-profile=soak`). No deadline: every example talks to PostgreSQL,
+# and one database serves all the examples of a test.
+for _name, _examples in (("quick", 10), ("soak", 1000)):
+    settings.register_profile(_name, max_examples=_examples, deadline=None,
+                              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                     HealthCheck.too_slow])
+settings.load_profile("quick")
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "drainer_template"
