@@ -1,0 +1,35 @@
+-- A role that can drain and enqueue, and nothing more: what a worker's or an
+-- application's login needs on the queue's tables, no DDL. Run it as the owner of
+-- the tables, after `drainer migrate` (which keeps running as the owner), in the
+-- database that holds them, e.g. `psql "$OWNER_URL" -f drainer/sql/roles.sql`; then
+-- give the role to each login: `GRANT drainer_worker TO app_login;`.
+-- It is idempotent: run it again after a migration that adds a table.
+--
+-- The drain needs: jobs SELECT (reading rows to claim, reap, and for next_due),
+-- UPDATE (claim with FOR UPDATE, complete, fail, extend, release, reap, requeue,
+-- cancel), INSERT (enqueue, COPY), DELETE (archiving); jobs_archive INSERT and
+-- SELECT (the move's ON CONFLICT (id) DO NOTHING reads the id). No sequence grant:
+-- an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
+-- the schema, and no ownership, so no ALTER, DROP or index builds.
+-- PostgreSQL 14 and older let every role create tables in `public`; there, also run
+-- `REVOKE CREATE ON SCHEMA public FROM PUBLIC;` (15 and later do so already).
+
+DO $$
+BEGIN
+  CREATE ROLE drainer_worker NOLOGIN;
+EXCEPTION WHEN duplicate_object THEN
+  NULL;  -- made by an earlier run, or in another database of the cluster
+END
+$$;
+
+GRANT USAGE ON SCHEMA public TO drainer_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO drainer_worker;
+
+-- The archive table exists once `migrate` has run; without it the drain deletes.
+DO $$
+BEGIN
+  IF to_regclass('jobs_archive') IS NOT NULL THEN
+    GRANT SELECT, INSERT ON jobs_archive TO drainer_worker;
+  END IF;
+END
+$$;
