@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from . import clock
+from .errors import redact
 from .queue import Job, Undecodable
 from .tasks import Handler, timeout_of
 
@@ -26,7 +27,8 @@ def _bounded(text: str) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """`Type: message`, bounded and storable in a text column (no NUL, valid UTF-8).
+    """`Type: message`, bounded, storable in a text column (no NUL, valid UTF-8) and
+    with URL passwords masked.
 
     It never raises: a handler's exception may have a `__str__` that fails, or a
     message with lone surrogates, and either would otherwise kill the handler thread
@@ -36,8 +38,11 @@ def describe(exc: BaseException) -> str:
         message = str(exc)
     except BaseException:  # noqa: BLE001 - whatever a broken __str__ raises
         message = "<the exception's message could not be read>"
-    text = _bounded(f"{type(exc).__name__}: {message}")  # bound first: messages may be huge
-    return _bounded(text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode())
+    # Cut first (messages may be huge), with room left so a URL at the cut is still
+    # seen whole by redact (a connection string in a handler's error, say).
+    text = f"{type(exc).__name__}: {message}"[: 2 * MAX_ERROR]
+    text = text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode()
+    return _bounded(redact(text))
 
 
 @dataclass

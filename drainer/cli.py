@@ -65,7 +65,8 @@ Run `drainer COMMAND --help` for a command's options."""
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, as argparse does, but briefer
-        self.exit(2, f"drainer: error: {message} (see --help)\n")
+        # The message may quote an argument: a URL given where it does not belong.
+        self.exit(2, f"drainer: error: {redact(message)} (see --help)\n")
 
 
 def _checked(kind: Callable) -> Callable:

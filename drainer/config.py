@@ -26,6 +26,9 @@ def in_cloud_function() -> bool:
     return any(os.environ.get(name) for name in CLOUD_MARKERS)
 
 
+MAX_INT = 2**63 - 1  # PostgreSQL's bigint: job ids, LIMIT
+
+
 def _number(text: str, kind: type, what: str) -> float:
     try:
         return kind(text)
@@ -37,6 +40,8 @@ def positive_int(text: str) -> int:
     value = _number(text, int, "a whole number")
     if value < 1:
         raise ValueError(f"{value} is too small: it must be at least 1")
+    if value > MAX_INT:
+        raise ValueError(f"{value} is too large: it must be at most {MAX_INT}")
     return value
 
 

@@ -194,7 +194,7 @@ def test_cli_enqueue_stores_the_job_or_exits_2(db_url, conn, payload, queue, asc
 
 @given(text=st.text(CHARS, max_size=30))
 def test_cli_enqueue_of_text_that_may_not_be_json(db_url, conn, text):
-    assume(argv_safe(text))
+    assume(argv_safe(text) and text != "--")  # argparse drops a second "--": stdin mode
     try:
         payload, valid = json.loads(text), True
     except (ValueError, RecursionError):
@@ -298,8 +298,8 @@ DRAIN_OPTIONS = {  # option: (parse, in range)
     "--lease": (float, lambda v: 0 < v <= MAX_SECONDS),
     "--max-runtime": (float, lambda v: 0 < v <= MAX_SECONDS),
     "--archive-after": (float, lambda v: 0 <= v <= MAX_DAYS),
-    "--batch-size": (int, lambda v: 1 <= v < 2**63),  # beyond bigint the database refuses
-    "--concurrency": (int, lambda v: v >= 1),
+    "--batch-size": (int, lambda v: 1 <= v < 2**63),  # PostgreSQL's bigint
+    "--concurrency": (int, lambda v: 1 <= v < 2**63),
 }
 VALUES = (st.floats().map(repr) | st.integers(-(10**25), 10**25).map(str)
           | st.sampled_from(["0", "-0", "1e-300", "1e300", "nan", "inf", "-1", "", " 5 ",
