@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
-from . import __version__, clock, config, queue, report, schema, worker
+from . import __version__, clock, config, doctor, queue, report, schema, worker
 from .config import (
     env_name,
     flag,
@@ -44,6 +44,8 @@ COMMANDS = {
     "migrate": "create or upgrade the schema (idempotent, safe to run concurrently)",
     "enqueue": "enqueue one job, or one job per JSON line on stdin (all or nothing)",
     "stats": "jobs per queue and status, oldest ready age, expired leases, vacuum health",
+    "doctor": "checks that explain slowness or a compute that never suspends, each with "
+              "what to do; exit 1 if a problem is found",
     "reap": "only reap: expired leases back to queued (failed at max_attempts)",
     "archive": "only archive: done rows older than --archive-after leave the jobs table",
     "requeue": "failed jobs (of a queue, or by id) back to queued with fresh attempts",
@@ -94,8 +96,10 @@ def _common(p: argparse.ArgumentParser) -> None:
             metavar="URL")
     g.add_argument("--no-prepare", action="store_true",
                    default=bool(from_env("DRAINER_NO_PREPARE", flag, False)),
-                   help="disable prepared statements, for transaction-mode poolers "
-                        "(PgBouncer, RDS Proxy) [DRAINER_NO_PREPARE]")
+                   help="for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared "
+                        "statements and no startup options, which they refuse; the statement "
+                        "timeout is then the role's (ALTER ROLE ... SET statement_timeout) "
+                        "[DRAINER_NO_PREPARE]")
 
 
 def _drain_options(p: argparse.ArgumentParser) -> None:
@@ -168,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-attempts", type=_checked(positive_int), metavar="N",
                    help="attempts before the job fails for good (default 5)")
     parsers["stats"].add_argument("--json", action="store_true", help="one JSON document")
+    d = parsers["doctor"]
+    d.add_argument("--json", action="store_true", help="one JSON document")
+    _option(d, "--max-ready-age", positive_seconds, doctor.DEFAULT_MAX_READY_AGE,
+            "seconds a ready job may wait before it is a problem; set it above the time "
+            "between scheduled drains (default 3600)", metavar="SECONDS")
     r = parsers["requeue"]
     r.add_argument("ids", metavar="ID", nargs="*", type=_checked(positive_int),
                    help="failed job ids")
@@ -323,6 +332,17 @@ def cmd_stats(args: argparse.Namespace) -> None:
         print(report.format_stats(data))
 
 
+def cmd_doctor(args: argparse.Namespace) -> None:
+    with _open(args) as conn:
+        findings = doctor.diagnose(conn, max_ready_age=args.max_ready_age)
+    if args.json:
+        _emit(doctor.as_json(findings))
+    else:
+        print(doctor.format_findings(findings))
+    if any(f.severity == "problem" for f in findings):
+        raise SystemExit(1)
+
+
 def cmd_reap(args: argparse.Namespace) -> None:
     with _open(args) as conn:
         _emit({"reaped": queue.reap(conn)})
@@ -361,8 +381,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": cmd_enqueue,
-       "stats": cmd_stats, "reap": cmd_reap, "archive": cmd_archive, "requeue": cmd_requeue,
-       "cancel": cmd_cancel, "demo": cmd_demo}
+       "stats": cmd_stats, "doctor": cmd_doctor, "reap": cmd_reap, "archive": cmd_archive,
+       "requeue": cmd_requeue, "cancel": cmd_cancel, "demo": cmd_demo}
 
 
 def _setup_logging() -> None:

@@ -202,3 +202,43 @@ LISTEN jobs;
 -- name: seconds_until
 -- How long the always-on worker may wait for a drain's next_due, by the database clock.
 SELECT greatest(0, extract(epoch FROM %(at)s::timestamptz - now()))::float8;
+
+-- name: doctor_sessions
+-- `doctor`: the other client sessions of this database (the xmin horizon that holds
+-- back vacuum is per database), with how long they have been connected, in their
+-- state, and in their transaction.
+SELECT pid, usename, application_name, state,
+       extract(epoch FROM now() - backend_start)::float8 AS connected_seconds,
+       extract(epoch FROM now() - state_change)::float8 AS state_seconds,
+       extract(epoch FROM now() - xact_start)::float8 AS transaction_seconds,
+       left(query, 200) AS query
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend'
+  AND pid <> pg_backend_pid()
+ORDER BY xact_start NULLS LAST, state_change DESC;
+
+-- name: doctor_sees_all_sessions
+-- Without pg_read_all_stats, other roles' sessions show no state or query.
+SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
+
+-- name: doctor_jobs
+-- `doctor`: expired leases (no reaper has run), the oldest ready job, and the queues
+-- that have queued jobs (to EXPLAIN the claim with).
+SELECT count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
+       extract(epoch FROM now() - min(locked_until) FILTER (
+         WHERE status = 'running' AND locked_until < now()))::float8 AS expired_seconds,
+       extract(epoch FROM now() - min(run_at) FILTER (
+         WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest_ready_seconds,
+       coalesce(array_agg(DISTINCT queue) FILTER (WHERE status = 'queued'), '{}') AS queues
+FROM jobs
+WHERE status IN ('queued', 'running');
+
+-- name: doctor_ready_index
+-- Whether jobs_ready_idx exists and is valid (NULL: missing), and the planner's row
+-- estimate of jobs (-1 before the first ANALYZE).
+SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('jobs_ready_idx')),
+       (SELECT reltuples FROM pg_class WHERE oid = to_regclass('jobs'))::float8;
+
+-- name: explain
+-- Prefixed to a named query (the claim) so `doctor` sees the plan of the real statement.
+EXPLAIN (FORMAT JSON)

@@ -1,0 +1,231 @@
+"""`doctor`: what makes a queue slow or keeps a scale-to-zero compute awake, with
+what to do about each finding (the seed's pitfalls, checked on the live database).
+
+A "problem" makes `doctor` exit 1; a "note" is worth knowing but harmless alone.
+Session checks cover this database's sessions: the horizon that holds back vacuum
+is per database, and `doctor`'s own session is left out.
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+
+from .errors import translated
+from .run import DEFAULT_LEASE
+from .sql import QUERIES
+
+IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem
+LONG_TRANSACTION = 60.0  # seconds any transaction may stay open
+BUSY = 1.0  # seconds a query may run before it counts as keeping the compute awake
+RECENT = 300.0  # an idle session that queried this recently resets the suspend timer
+DEAD_MIN, DEAD_SHARE = 1000, 0.2  # dead tuples past both (share of live) need vacuum
+PLAN_MIN_ROWS = 1000  # below this a sequential scan is cheap and the planner is right
+DEFAULT_MAX_READY_AGE = 3600.0
+CLAIM_PROBE = {"limit": 10, "lease": DEFAULT_LEASE, "now": None}
+
+
+@dataclass
+class Finding:
+    check: str
+    severity: str  # "problem" or "note"
+    summary: str
+    advice: str
+    details: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Session:
+    pid: int
+    usename: str | None
+    application_name: str | None
+    state: str | None
+    connected_seconds: float | None
+    state_seconds: float | None
+    transaction_seconds: float | None
+    query: str | None
+
+    def describe(self) -> dict:
+        return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def _fetch(conn: psycopg.Connection, name: str, params: dict | None = None) -> list[tuple]:
+    with translated():
+        return conn.execute(QUERIES[name], params or {}).fetchall()
+
+
+def _transactions(sessions: list[Session]) -> list[Finding]:
+    idle = [s for s in sessions if (s.state or "").startswith("idle in transaction")
+            and (s.state_seconds or 0) > IDLE_IN_TRANSACTION]
+    long = [s for s in sessions if (s.transaction_seconds or 0) > LONG_TRANSACTION]
+    held = {s.pid: s for s in idle + long}
+    if not held:
+        return []
+    oldest = max(s.transaction_seconds or 0 for s in held.values())
+    return [Finding(
+        "open_transaction", "problem",
+        f"{len(idle)} session(s) idle in transaction for over {IDLE_IN_TRANSACTION:g}s, "
+        f"{len(long)} transaction(s) open for over {LONG_TRANSACTION:g}s; the oldest open "
+        f"transaction began {oldest:.1f}s ago. Until it ends, vacuum cannot remove rows that "
+        "died after it began, in every table of this database (the jobs table bloats "
+        "first), and a session that is not idle keeps a scale-to-zero compute awake",
+        "commit or roll back promptly and never hold a transaction while a job runs; end "
+        "one with SELECT pg_terminate_backend(pid); set idle_in_transaction_session_timeout "
+        "(e.g. '1min') for the application's role",
+        [s.describe() for s in held.values()])]
+
+
+def _awake(sessions: list[Session]) -> list[Finding]:
+    found = []
+    busy = [s for s in sessions if s.state not in (None, "idle")
+            and not s.state.startswith("idle in transaction") and (s.state_seconds or 0) > BUSY]
+    if busy:
+        found.append(Finding(
+            "busy_sessions", "problem",
+            f"{len(busy)} session(s) running the same query for over {BUSY:g}s: a compute "
+            "stays awake while any session is not idle",
+            "look at each query; a drain in progress is expected, anything else should "
+            "finish, be tuned, or run on a schedule",
+            [s.describe() for s in busy]))
+    pollers = [s for s in sessions if s.state == "idle" and (s.state_seconds or 0) < RECENT
+               and (s.connected_seconds or 0) - (s.state_seconds or 0) > 1.0
+               and not _listening(s)]
+    if pollers:
+        found.append(Finding(
+            "recurring_queries", "problem",
+            f"{len(pollers)} long-lived session(s) queried within the last {RECENT:g}s "
+            "(pollers, pool health checks): an idle session counts as activity at its last "
+            "query, so anything that queries more often than the suspend timeout keeps a "
+            "scale-to-zero compute awake",
+            "poll less often than the suspend timeout, or not at all (drain on a schedule, or "
+            "right after an enqueue); turn off the pool's health checks or keep-alive queries; "
+            "the application_name says whose each session is",
+            [s.describe() for s in pollers]))
+    listening = [s for s in sessions if _listening(s)]
+    if listening:
+        found.append(Finding(
+            "listen_sessions", "note",
+            f"{len(listening)} session(s) waiting on LISTEN (their last query): a suspend "
+            "closes them, and a listener that reconnects at once wakes the compute again",
+            "on a scale-to-zero compute prefer a drain on a schedule or after an enqueue; "
+            "a listener needs a direct connection, never a transaction pooler",
+            [s.describe() for s in listening]))
+    return found
+
+
+def _listening(s: Session) -> bool:
+    # PostgreSQL shows no list of listeners; the last query is the best sign we have.
+    return s.state == "idle" and (s.query or "").lstrip().upper().startswith("LISTEN")
+
+
+def _visibility(conn: psycopg.Connection) -> list[Finding]:
+    if _fetch(conn, "doctor_sees_all_sessions")[0][0]:
+        return []
+    return [Finding(
+        "visibility", "note",
+        "this role sees the state and query of its own sessions only",
+        "run doctor as a role with pg_read_all_stats (GRANT pg_read_all_stats TO ...) to "
+        "check every session")]
+
+
+def _vacuum(conn: psycopg.Connection) -> list[Finding]:
+    rows = _fetch(conn, "table_health")
+    if not rows:
+        return []
+    live, dead, autovacuum, vacuum = rows[0]
+    if dead < DEAD_MIN or dead <= DEAD_SHARE * live:
+        return []
+    last = max(filter(None, (autovacuum, vacuum)), default=None)
+    return [Finding(
+        "dead_tuples", "problem",
+        f"jobs has {dead} dead tuples for {live} live ones; last autovacuum "
+        f"{autovacuum.isoformat() if autovacuum else 'never'}, last vacuum "
+        f"{vacuum.isoformat() if vacuum else 'never'}",
+        "end long or idle-in-transaction sessions first (vacuum cannot remove what they may "
+        "still see), then VACUUM jobs; a queue table churns, so let autovacuum visit it "
+        "sooner: ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.01)"
+        + ("" if last else "; autovacuum has never run on it: check that autovacuum is on"),
+        [{"n_live_tup": live, "n_dead_tup": dead}])]
+
+
+def _scans(plan: dict) -> list[str]:
+    """Every scan node of an EXPLAIN (FORMAT JSON) plan, as 'Node Type [index] on table'."""
+    node = f"{plan.get('Node Type')}"
+    if "Index Name" in plan:
+        node += f" using {plan['Index Name']}"
+    found = [f"{node} on {plan['Relation Name']}"] if "Relation Name" in plan else []
+    for child in plan.get("Plans", []):
+        found += _scans(child)
+    return found
+
+
+def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
+    valid, rows = _fetch(conn, "doctor_ready_index")[0]
+    create = ("CREATE INDEX CONCURRENTLY jobs_ready_idx ON jobs (queue, run_at) "
+              "WHERE status = 'queued'")
+    if not valid:
+        return [Finding(
+            "claim_plan", "problem",
+            f"jobs_ready_idx is {'missing' if valid is None else 'invalid'}: every claim "
+            "scans the whole jobs table, done history included",
+            ("" if valid is None else "DROP INDEX CONCURRENTLY jobs_ready_idx; then ") + create)]
+    with translated():
+        [(plan,)] = conn.execute(QUERIES["explain"] + "\n" + QUERIES["claim"],
+                                 {"queues": queues, **CLAIM_PROBE}).fetchall()
+    scans = _scans(plan[0]["Plan"])
+    if (rows or 0) < PLAN_MIN_ROWS or any("jobs_ready_idx" in s for s in scans):
+        return []
+    return [Finding(
+        "claim_plan", "problem",
+        f"the claim's plan does not use jobs_ready_idx ({'; '.join(scans)}), on a table of "
+        f"about {rows:.0f} rows",
+        "ANALYZE jobs; check that enable_indexscan and enable_bitmapscan are on for this "
+        "role and database, and that jobs_ready_idx is " + create.split(" ON ", 1)[1],
+        [{"scans": scans}])]
+
+
+def _jobs(conn: psycopg.Connection, max_ready_age: float) -> tuple[list[Finding], list[str]]:
+    expired, expired_seconds, oldest, queues = _fetch(conn, "doctor_jobs")[0]
+    found = []
+    if expired:
+        found.append(Finding(
+            "expired_leases", "problem",
+            f"{expired} running job(s) with an expired lease, the oldest {expired_seconds:.0f}s "
+            "ago: no reaper has run since, so they wait",
+            "run a drain (it reaps first) or `drainer reap` on a schedule; if workers crash, "
+            "find out why; if jobs outlive their lease, raise --lease"))
+    if oldest is not None and oldest > max_ready_age:
+        found.append(Finding(
+            "oldest_ready", "problem",
+            f"the oldest ready job has waited {oldest:.0f}s (over {max_ready_age:g}s)",
+            "drain more often, or with more --concurrency or more drainers; check that a "
+            "drain runs for every queue that has jobs (`drainer stats`)"))
+    return found, queues or ["default"]
+
+
+def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_READY_AGE
+             ) -> list[Finding]:
+    """Every finding, problems first; an empty list means healthy."""
+    sessions = [Session(*row) for row in _fetch(conn, "doctor_sessions")]
+    job_findings, queues = _jobs(conn, max_ready_age)
+    found = [*_transactions(sessions), *_vacuum(conn), *_claim_plan(conn, queues),
+             *job_findings, *_awake(sessions), *_visibility(conn)]
+    return sorted(found, key=lambda f: f.severity != "problem")
+
+
+def as_json(findings: list[Finding]) -> dict:
+    problems = sum(f.severity == "problem" for f in findings)
+    return {"problems": problems, "notes": len(findings) - problems,
+            "findings": [asdict(f) for f in findings]}
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """The terminal report: each finding, what to do, and the sessions or rows behind it."""
+    lines = []
+    for f in findings:
+        lines += [f"{f.severity}: {f.check}: {f.summary}", f"  what to do: {f.advice}"]
+        lines += [f"  - {json.dumps(d, default=str)}" for d in f.details]
+    data = as_json(findings)
+    lines.append(f"doctor: {data['problems']} problem(s), {data['notes']} note(s)"
+                 if findings else "doctor: no problem found")
+    return "\n".join(lines)
