@@ -1,4 +1,4 @@
-"""`stats`: what is in the queue, and whether vacuum keeps up with it."""
+"""`stats`: what is in the queue, how fast it is done, and whether vacuum keeps up."""
 
 import psycopg
 
@@ -7,10 +7,14 @@ from .sql import QUERIES
 
 
 def stats(conn: psycopg.Connection) -> dict:
-    """Per queue and status: jobs, oldest ready age, expired leases; and table health."""
+    """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
+    last hour (None without migration 5's done_at column); and table health."""
     with translated():
         rows = conn.execute(QUERIES["stats"]).fetchall()
         health = conn.execute(QUERIES["table_health"]).fetchone()
+        done = None
+        if conn.execute(QUERIES["has_done_at"]).fetchone()[0]:
+            done = dict(conn.execute(QUERIES["done_last_hour"]).fetchall())
     queues = [
         {"queue": q, "status": status, "jobs": jobs,
          "oldest_ready_seconds": None if age is None else round(float(age), 1),
@@ -21,7 +25,7 @@ def stats(conn: psycopg.Connection) -> dict:
     table = {"n_live_tup": live, "n_dead_tup": dead,
              "last_autovacuum": autovacuum.isoformat() if autovacuum else None,
              "last_vacuum": vacuum.isoformat() if vacuum else None}
-    return {"queues": queues, "table": table}
+    return {"queues": queues, "done_last_hour": done, "table": table}
 
 
 def _age(seconds: float | None) -> str:
@@ -43,9 +47,40 @@ def format_stats(data: dict) -> str:
              for row in (head, *rows)]
     if not rows:
         lines.append("(no jobs)")
+    lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"])]
     t = data["table"]
     lines.append("")
     lines.append(f"jobs table: {t['n_live_tup']} live, {t['n_dead_tup']} dead tuples; "
                  f"last autovacuum {t['last_autovacuum'] or 'never'}, "
                  f"last vacuum {t['last_vacuum'] or 'never'}")
     return "\n".join(lines)
+
+
+CHART_WIDTH = 40
+DEPTH = ("queued", "running", "failed")  # done rows are history, not depth
+
+
+def _rates(done: dict[str, int] | None) -> list[str]:
+    if done is None:
+        return ["done in the last hour: unknown (run `drainer migrate` to record done_at)"]
+    total = sum(done.values())
+    per_queue = "".join(f", {q} {n:,}" for q, n in sorted(done.items()))
+    return [f"done in the last hour: {total:,} ({total / 3600:.2f}/s){per_queue}"]
+
+
+def _chart(rows: list[dict]) -> list[str]:
+    """Queue depth by status per queue: one bar per status, on one scale."""
+    depth = {(r["queue"], r["status"]): r["jobs"] for r in rows if r["status"] in DEPTH}
+    if not depth:
+        return []
+    top = max(depth.values())
+    name_width = max(len(q) for q, _ in depth)
+    digits = len(f"{top:,}")
+    lines = ["", "queue depth (bars share one scale; done jobs are not depth):"]
+    previous = None
+    for (q, status), jobs in sorted(depth.items(), key=lambda i: (i[0][0], DEPTH.index(i[0][1]))):
+        bar = "#" * max(1, round(CHART_WIDTH * jobs / top))
+        label = q if q != previous else ""
+        lines.append(f"{label:<{name_width}}  {status:<7}  {jobs:>{digits},}  {bar}")
+        previous = q
+    return lines

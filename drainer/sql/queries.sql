@@ -242,3 +242,18 @@ SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('jobs_rea
 -- name: explain
 -- Prefixed to a named query (the claim) so `doctor` sees the plan of the real statement.
 EXPLAIN (FORMAT JSON)
+
+-- name: has_done_at
+-- Whether migration 5's done_at column is there (a hand-made table has none).
+SELECT EXISTS (SELECT FROM pg_attribute
+               WHERE attrelid = to_regclass('jobs') AND attname = 'done_at'
+                 AND NOT attisdropped);
+
+-- name: done_last_hour
+-- Jobs done in the last hour per queue, by done_at (migration 5); rows archived
+-- within the hour are no longer counted.
+SELECT queue, count(*)
+FROM jobs
+WHERE status = 'done' AND done_at > now() - interval '1 hour'
+GROUP BY queue
+ORDER BY queue;

@@ -1,0 +1,68 @@
+"""`stats`: the rate of done jobs over the last hour (migration 5's done_at, set by a
+trigger so the completion statement is the same on a hand-made table) and the text
+chart of queue depth."""
+
+import json
+from datetime import timedelta
+
+import psycopg
+
+import drainer
+from drainer import report
+from tests.conftest import run_cli
+from tests.test_schema import ARTICLE_TABLE
+
+LEASE = timedelta(minutes=5)
+
+
+def drain_some(conn: psycopg.Connection, queue: str, n: int) -> None:
+    drainer.enqueue_many(conn, queue, [{}] * n)
+    summary = drainer.drain(conn, {queue: lambda job: None}, drainer.Options(queues=[queue]))
+    assert summary.done == n
+
+
+def test_done_at_is_set_at_completion_only(conn):
+    drainer.enqueue(conn, "default", {})
+    [job] = drainer.claim(conn, ["default"], 1, LEASE)
+    drainer.extend(conn, [job], LEASE)
+    assert conn.execute("SELECT done_at FROM jobs").fetchone()[0] is None
+    drainer.complete(conn, [job])
+    fresh = conn.execute("SELECT done_at BETWEEN now() - interval '1 minute' AND now() "
+                         "FROM jobs").fetchone()[0]
+    assert fresh
+
+
+def test_done_in_the_last_hour_per_queue(conn, db_url):
+    drain_some(conn, "mail", 30)
+    drain_some(conn, "sms", 5)
+    conn.execute("UPDATE jobs SET done_at = now() - interval '2 hours' WHERE id <= 10")
+    drainer.enqueue_many(conn, "mail", [{}] * 7)  # queued: depth, not done
+    data = json.loads(run_cli("stats", "--json", "--database-url", db_url).stdout)
+    assert data["done_last_hour"] == {"mail": 20, "sms": 5}
+    text = run_cli("stats", "--database-url", db_url).stdout
+    assert "done in the last hour: 25 (0.01/s), mail 20, sms 5" in text
+
+
+def test_a_hand_made_table_drains_and_says_the_rate_is_unknown(empty_db_url):
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(ARTICLE_TABLE, prepare=False)
+        drain_some(conn, "default", 3)
+        data = report.stats(conn)
+    assert data["done_last_hour"] is None
+    assert "unknown (run `drainer migrate`" in report.format_stats(data)
+
+
+def test_the_depth_chart_scales_bars_by_status_per_queue():
+    rows = [{"queue": q, "status": s, "jobs": n, "oldest_ready_seconds": None,
+             "expired_leases": 0}
+            for q, s, n in [("a", "done", 9000), ("a", "queued", 400), ("a", "running", 10),
+                            ("bb", "failed", 200), ("bb", "queued", 4)]]
+    data = {"queues": rows, "done_last_hour": {}, "table": {
+        "n_live_tup": 0, "n_dead_tup": 0, "last_autovacuum": None, "last_vacuum": None}}
+    chart = report.format_stats(data).split("queue depth")[1].splitlines()[1:5]
+    assert chart == [
+        "a   queued   400  " + "#" * 40,
+        "    running   10  #",
+        "bb  queued     4  #",
+        "    failed   200  " + "#" * 20,
+    ]
