@@ -16,6 +16,7 @@ from moto import mock_aws
 
 from drainer import clock
 from drainer.aws import clients, credentials, kick, logs
+from tests.test_pgbouncer import bouncer  # noqa: F401 - the PgBouncer fixture, shared
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

@@ -13,6 +13,7 @@ from drainer.wake import ceil_minute
 from handlers.aws_lambda import handler
 from tests.aws.conftest import FUNCTION_ARN, GROUP, REGION, ROLE_ARN, FakeContext
 from tests.conftest import count
+from tests.test_pgbouncer import pooled
 
 
 def sessions(conn: psycopg.Connection) -> int:
@@ -55,7 +56,7 @@ def test_a_scheduled_or_kicked_run_drains_and_leaves_no_session(function_env, co
 
 def test_work_due_within_the_minute_is_waited_for_with_no_session_open(function_env, conn,
                                                                        capsys, monkeypatch):
-    enqueue(conn, "aws", {}, delay=1.5)
+    enqueue(conn, "aws", {}, delay=2.5)
     seen = []
     original = clock.sleep
 
@@ -193,3 +194,13 @@ def test_the_migrate_event_creates_the_schema(empty_db_url, monkeypatch):
     result = handler({"source": "drainer.migrate"}, FakeContext(60))
     assert result["version"] == schema.LATEST_VERSION and result["applied"]
     assert handler({"source": "drainer.migrate"}, FakeContext(60))["applied"] == []
+
+
+def test_behind_a_transaction_pooler_the_setting_disables_prepared_statements(
+        bouncer, function_env, conn, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", pooled(bouncer, function_env))
+    monkeypatch.setenv("DRAINER_NO_PREPARE", "1")
+    enqueue_many(conn, "aws", [{}] * 200)
+    result = handler({"source": "drainer.cron"}, FakeContext(60))
+    assert (result["done"], result["next"]) == (200, "none")
+    assert count(conn, "status = 'done'") == 200
