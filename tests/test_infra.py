@@ -3,6 +3,7 @@ CloudFormation does on deploy), the result linted by cfn-lint (which does not
 look inside SAM resources itself), and every handler it names importable."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -38,6 +39,8 @@ def functions(template: dict) -> dict[str, dict]:
 
 def translated(sam: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # pseudo parameters, offline
+    monkeypatch.delenv("AWS_PROFILE", raising=False)  # no profile or config of the machine's
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     for props in functions(sam).values():  # what `sam package` does to a local CodeUri
         props["CodeUri"] = "s3://drainer-artifacts/drainer.zip"
     return transform(sam, {"Tasks": "myapp.tasks"}, NoNetwork())
