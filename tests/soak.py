@@ -7,8 +7,10 @@ The handler (tests/tasks/soak_handler.py) records every execution (job id, attem
 worker pid, outcome) in a side table and fails 5 % of the time. Each of the
 `--drainers` slots runs `drainer drain` processes one after another, as a
 scheduler would, until every job is finished. Meanwhile drainers are killed with
-kill -9 at random moments, one is sent SIGTERM, and PostgreSQL is restarted once
-(`pg_ctl restart -m fast`). Leases are short so killed work comes back quickly.
+kill -9 at random moments, one in the middle of its run is sent SIGTERM (another,
+should that one be ending by itself as the signal comes), and PostgreSQL is
+restarted once under running drainers (`pg_ctl restart -m fast`). Leases are short
+so killed work comes back quickly.
 Once nothing but retries waiting out their backoff is left, their run_at is pulled
 to now (the backoff schedule has tests of its own; the soak is about ownership).
 
