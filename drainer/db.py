@@ -19,7 +19,7 @@ def parse_url(url: str) -> dict:
     ports = str((params or {}).get("port") or "5432").split(",")
     if params is None or not all(_is_port(p.strip()) for p in ports):
         raise ConfigError(
-            "the database URL is not valid; expected postgresql://user:password@host:port/db"
+            "the database URL is not valid; expected postgresql://user@host:port/dbname"
         )
     return params
 
