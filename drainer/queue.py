@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 import psycopg
 from psycopg.types.json import set_json_loads
@@ -21,6 +22,9 @@ from .sql import QUERIES
 ARCHIVE_BATCH = 10_000
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # \u0000, not an escaped backslash + u0000
+# One encoder for every payload: json.dumps with options builds a new one per call,
+# which doubles the cost of encoding a small payload.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +48,13 @@ class Job:
 
 def _run(conn: psycopg.Connection | psycopg.Cursor, name: str, params: dict | None = None
          ) -> psycopg.Cursor:
+    return _execute(conn, QUERIES[name], params)
+
+
+def _execute(conn: psycopg.Connection | psycopg.Cursor, query: str, params: dict | None = None
+             ) -> psycopg.Cursor:
     with translated():
-        return conn.execute(QUERIES[name], params or {})
+        return conn.execute(query, params or {})
 
 
 def _pairs(jobs: Sequence[Job]) -> dict:
@@ -64,10 +73,10 @@ def check_queue(queue: str) -> str:
 def encode_payload(payload: object) -> str:
     """The payload as JSON text PostgreSQL's jsonb accepts, or BadInput saying why not."""
     try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _encode(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadInput(f"the payload is not JSON-serialisable: {exc}") from exc
-    if _NUL_ESCAPE.search(text):
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise BadInput("the payload contains a NUL character, which jsonb cannot store")
     _utf8(text, "the payload")
     return text
@@ -124,11 +133,12 @@ def enqueue_many(
 ) -> int:
     """Bulk insert with COPY in the caller's transaction (all or nothing); returns the count.
 
-    run_at is computed once by the database clock, then copied with every row.
+    run_at is computed once by the database clock, then copied with every row, as
+    text (it is exact, offset included) so that no row pays for dumping a datetime.
     """
     check_queue(queue)
     with translated(), conn.transaction():
-        when = _run(conn, "db_time", {"now": now, **_when(run_at, delay)}).fetchone()[0]
+        when = str(_run(conn, "db_time", {"now": now, **_when(run_at, delay)}).fetchone()[0])
         attempts = 5 if max_attempts is None else max_attempts
         count = 0
         with conn.cursor().copy(QUERIES["copy_jobs"]) as copy:
@@ -151,12 +161,26 @@ def claim(
     now: datetime | None = None,
 ) -> list[Job]:
     """Claim up to `batch_size` ready jobs, oldest run_at first; commits at once."""
-    params = {"queues": list(queues), "limit": batch_size, "lease": lease, "now": now}
+    return [Job(*row) for row in _claim(conn, queues, batch_size, lease, now).fetchall()]
+
+
+def _claim(conn: psycopg.Connection, queues: Sequence[str], batch_size: int,
+           lease: timedelta, now: datetime | None = None) -> psycopg.Cursor:
     cursor = conn.cursor()
     # The rows are claimed once the statement commits: one payload that fails to
     # load must not lose the whole batch (nor crash every later drain).
     set_json_loads(_loads, cursor)
-    return [Job(*row) for row in _run(cursor, "claim", params)]
+    params = {"queues": list(queues), "lease": lease, "now": now}
+    return _execute(cursor, _claim_sql(batch_size), params)
+
+
+@lru_cache(maxsize=64)
+def _claim_sql(limit: int) -> str:
+    """The claim with its LIMIT written as a literal. As a parameter, the planner
+    guesses a tenth of the table for it, so the prepared plan looks costly and every
+    claim is planned afresh, which takes as long as running it at small batches; with
+    a literal, one prepared plan per batch size serves every claim."""
+    return QUERIES["claim"].replace("%(limit)s", str(int(limit)))
 
 
 def _loads(data: bytes | str) -> object:
@@ -185,8 +209,12 @@ def fail(
     """
     if not failures:
         return {}
-    params = {**_pairs([job for job, _ in failures]), "errors": [e for _, e in failures]}
-    return dict(_run(conn, "fail", {**params, "now": now}).fetchall())
+    return dict(_run(conn, "fail", _failures(failures, now)).fetchall())
+
+
+def _failures(failures: Sequence[tuple[Job, str]], now: datetime | None = None) -> dict:
+    return {**_pairs([job for job, _ in failures]), "errors": [e for _, e in failures],
+            "now": now}
 
 
 def extend(
@@ -207,6 +235,39 @@ def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
     if not jobs:
         return set()
     return {row[0] for row in _run(conn, "release", _pairs(jobs))}
+
+
+@dataclass
+class Settled:
+    """What writing a batch back found: the ids done and {id: new status} of the
+    failures (a job in neither was no longer ours), and the next batch."""
+
+    done: set[int]
+    failed: dict[int, str]
+    claimed: list[Job]
+
+
+def settle(
+    conn: psycopg.Connection,
+    succeeded: Sequence[Job],
+    failures: Sequence[tuple[Job, str]],
+    unstarted: Sequence[Job],
+    *,
+    claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+) -> Settled:
+    """Complete, fail and release a batch's jobs, and claim the next batch (queues,
+    size, lease), in one round trip: the statements go out together in pipeline mode
+    and commit together, at once."""
+    with translated(), conn.pipeline():
+        done = _run(conn, "complete", _pairs(succeeded)) if succeeded else None
+        failed = _run(conn, "fail", _failures(failures)) if failures else None
+        if unstarted:
+            _run(conn, "release", _pairs(unstarted))
+        claimed = _claim(conn, *claim_next) if claim_next else None
+    return Settled(
+        done={row[0] for row in done.fetchall()} if done is not None else set(),
+        failed=dict(failed.fetchall()) if failed is not None else {},
+        claimed=[Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
 
 def start(conn: psycopg.Connection, *, now: datetime | None = None) -> tuple[int, bool]:

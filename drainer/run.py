@@ -127,18 +127,16 @@ def drain(
     def remaining() -> float | None:
         return None if options.deadline is None else options.deadline - clock.monotonic()
 
-    while True:
+    def next_size() -> tuple[int, str]:
+        """The next claim's size, or 0 and why the drain stops instead."""
         if stop.is_set():
-            summary.stopped = "signal"
-            break
+            return 0, "signal"
         size = sizer.fits(remaining())
-        if size < 1:
-            summary.stopped = "deadline"
-            break
-        jobs = queue.claim(conn, options.queues, size, options.lease)
-        if not jobs:
-            summary.stopped = "empty"
-            break
+        return (size, "empty") if size >= 1 else (0, "deadline")
+
+    size, summary.stopped = next_size()
+    jobs = queue.claim(conn, options.queues, size, options.lease) if size else []
+    while jobs:
         batch_began = clock.monotonic()
         outcome = Batch(
             jobs,
@@ -149,14 +147,19 @@ def drain(
             may_start=lambda: not stop.is_set() and sizer.may_start(remaining()),
             stop=stop,
         ).run()
-        _record(conn, outcome, summary, len(jobs))
         started = len(jobs) - len(outcome.unstarted)
         sizer.observe(started, clock.monotonic() - batch_began, full=len(jobs) == size)
+        if outcome.unstarted and not stop.is_set():
+            size, summary.stopped = 0, "deadline"
+        else:
+            size, summary.stopped = next_size()
+        # This batch's results and the next claim share one round trip.
+        settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
+                               claim_next=(options.queues, size, options.lease) if size else None)
+        _record(settled, outcome, summary, len(jobs))
         if on_batch:
             on_batch(summary)
-        if outcome.unstarted and not stop.is_set():
-            summary.stopped = "deadline"
-            break
+        jobs = settled.claimed
 
     summary.archived = queue.archive(conn, options.archive_after, to_table=has_archive)
     summary.next_due = queue.next_due(conn, options.queues)
@@ -164,11 +167,9 @@ def drain(
     return summary
 
 
-def _record(conn: psycopg.Connection, outcome: Outcome, summary: Summary, claimed: int) -> None:
-    """Write a batch's results back, one statement per kind, and count them."""
-    done = queue.complete(conn, outcome.succeeded)
-    statuses = queue.fail(conn, outcome.failed)
-    queue.release(conn, outcome.unstarted)
+def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:
+    """Count a batch's results as written back."""
+    done, statuses = settled.done, settled.failed
     lost = (
         len(outcome.lost)
         + len(outcome.succeeded) - len(done)

@@ -2,6 +2,12 @@
 -- Writes after the claim are all guarded by id AND status = 'running' AND attempts,
 -- so a worker can only change a job it still owns. Times come from now(); durations
 -- arrive as intervals.
+--
+-- Batch writes (complete, fail, extend, release) find their rows through the primary
+-- key (j.id = ANY(ids)) and compare status with a value that travels with each id
+-- (t.status, filled with 'running') instead of the constant: the statistics seldom see
+-- a running row, so with `j.status = 'running'` the planner expects one row and joins
+-- every running row with every id of the batch, 20 ms instead of 2 for a batch of 500.
 
 -- name: migrate_lock
 -- Serialises concurrent `migrate` runs; released at commit.
@@ -40,6 +46,9 @@ SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
 -- The article's claim, for several queues at once: each queue's oldest ready rows
 -- come from jobs_ready_idx (Limit > LockRows > Index Scan), then the oldest
 -- overall are taken. Rows locked but not taken are released at once by the commit.
+-- queue.claim() writes %(limit)s as a literal (see there); the update finds the taken
+-- rows through the primary key whatever the table's size, and they are returned oldest
+-- first.
 WITH next AS (
   SELECT c.id
   FROM unnest(%(queues)s::text[]) AS q(name)
@@ -52,21 +61,25 @@ WITH next AS (
   ) AS c
   ORDER BY c.run_at
   LIMIT %(limit)s
+), claimed AS (
+  UPDATE jobs j
+  SET status       = 'running',
+      attempts     = j.attempts + 1,
+      locked_until = coalesce(%(now)s, now()) + %(lease)s
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.run_at
 )
-UPDATE jobs j
-SET status       = 'running',
-    attempts     = j.attempts + 1,
-    locked_until = coalesce(%(now)s, now()) + %(lease)s
-FROM next
-WHERE j.id = next.id
-RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts;
+SELECT id, queue, payload, attempts, max_attempts FROM claimed ORDER BY run_at, id;
 
 -- name: complete
 -- A whole batch of successes in one statement; returns the ids still ours.
 UPDATE jobs j
 SET status = 'done', locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
-WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id;
 
 -- name: fail
@@ -78,16 +91,22 @@ SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'qu
                    + least(interval '1 hour', interval '10 seconds' * 2 ^ j.attempts),
     locked_until = NULL,
     last_error   = t.error
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[]) AS t(id, attempts, error)
-WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, error, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id, j.status;
 
 -- name: extend
 -- Lease heartbeat for jobs still running; returns the ids still ours.
 UPDATE jobs j
 SET locked_until = coalesce(%(now)s, now()) + %(lease)s
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
-WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id;
 
 -- name: release
@@ -95,8 +114,11 @@ RETURNING j.id;
 -- given back, as if never claimed.
 UPDATE jobs j
 SET status = 'queued', attempts = j.attempts - 1, locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
-WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id;
 
 -- name: has_archive
