@@ -1,0 +1,178 @@
+"""`python -m bench.speed`: start a throwaway PostgreSQL, measure every figure of
+issue 6 for drainer, the hand-written psycopg loop, pgbench, PgQueuer and
+procrastinate (min / median / max of --runs), print the tables with each goal's
+ratio, and write the results as JSON under bench/results/.
+
+Absolute numbers move with the machine and its load; compare the ratios, which are
+taken within one run. The method is described in bench/README.md.
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import measure, pg, report, systems, venvs
+from .systems import System, all_systems
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+LATEST = Path(__file__).resolve().parent / "latest.json"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3, help="runs per figure (default 3)")
+    p.add_argument("--jobs", type=int, default=20_000,
+                   help="no-op jobs per drain run (default 20,000)")
+    p.add_argument("--sleep-jobs", type=int, default=2_000,
+                   help="10 ms jobs per drain run (default 2,000)")
+    p.add_argument("--enqueue-rows", type=int, default=100_000,
+                   help="rows per bulk enqueue run (default 100,000)")
+    p.add_argument("--finished", type=int, default=1_000_000,
+                   help="finished rows for the claim latency figure (default 1,000,000)")
+    p.add_argument("--claims", type=int, default=500,
+                   help="claims timed per claim latency run (default 500)")
+    p.add_argument("--no-competitors", action="store_true",
+                   help="skip PgQueuer and procrastinate (no virtualenvs, no network)")
+    p.add_argument("--only", action="append", metavar="SYSTEM",
+                   help="measure only this system (repeatable), e.g. drainer, loop-batch")
+    p.add_argument("--pg-bin", type=Path, help="server binaries (default: the embedded ones)")
+    p.add_argument("--out", type=Path, help="the JSON file (default: bench/results/speed-*.json)")
+    p.add_argument("--latest", action="store_true",
+                   help="also write them to bench/speed/latest.json, the committed copy")
+    return p.parse_args(argv)
+
+
+def log(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def repeat(runs: int, what: str, fn: Callable[[], object]) -> list:
+    """`fn` run `runs` times; measure.Failed after a failed run."""
+    values = []
+    for i in range(runs):
+        values.append(fn())
+        log(f"  {what} run {i + 1}/{runs}: {values[-1]}")
+    return values
+
+
+def measure_system(system: System, args: argparse.Namespace) -> dict:
+    try:
+        system.prepare()
+    except (venvs.Unavailable, OSError) as exc:
+        log(f"{system.name}: n/a, {exc}")
+        return {"unavailable": str(exc)}
+    figures: dict = {}
+    for figure in system.figures:
+        try:
+            if figure == "cold_start":
+                figures[figure] = report.summary(repeat(
+                    args.runs, f"{system.name} cold start",
+                    lambda: round(measure.cold_start(system), 4)))
+                continue
+            kind, processes = figure.split("_")
+            jobs = args.sleep_jobs if kind == "sleep" else round(args.jobs * system.jobs_scale)
+            runs = repeat(args.runs, f"{system.name} {figure} ({jobs} jobs)",
+                          lambda k=kind, j=jobs, p=int(processes): measure.drain(system, k, j, p))
+            figures[figure] = report.summary([jobs / timed.seconds for timed, _ in runs])
+            if figure == "noop_1":
+                figures["rss"] = report.summary([timed.max_rss_mb for timed, _ in runs])
+                figures["statements"] = report.summary([per_job for _, per_job in runs])
+        except measure.Failed as exc:
+            log(f"{system.name} {figure}: n/a, {exc}")
+            figures[figure] = str(exc)
+    return {"figures": figures}
+
+
+def measure_extras(server: pg.Server, args: argparse.Namespace) -> tuple[dict, dict]:
+    url = server.create("enqueue")
+    measure.prepare_history(url, 0)
+    rates = repeat(args.runs, "bulk enqueue (ours, bare COPY)",
+                   lambda: measure.enqueue_rates(url, args.enqueue_rows))
+    enqueue = {"rows": args.enqueue_rows, "drainer": report.summary([r[0] for r in rates]),
+               "copy": report.summary([r[1] for r in rates])}
+    claim = {"finished": args.finished, "ready": 20_000, "claims": args.claims}
+    for key, finished in (("empty", 0), ("history", args.finished)):
+        url = server.create(f"claim_{key}")
+        log(f"claim latency: preparing {finished:,} finished rows")
+        measure.prepare_history(url, finished)
+        claim[key] = report.summary(repeat(
+            args.runs, f"claim latency, {finished:,} finished rows",
+            lambda u=url: round(measure.claim_latency(u, claim["ready"], args.claims), 4)))
+    return enqueue, claim
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo()
+                  if line.startswith("model name")), platform.processor() or "unknown CPU")
+    return {"cpu": model, "cores": os.cpu_count(), "os": platform.platform(),
+            "python": platform.python_version()}
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def run(args: argparse.Namespace) -> dict:
+    systems.compile_sources()
+    server = pg.Server(args.pg_bin)
+    try:
+        results = {"meta": {"date": datetime.now(UTC).isoformat(timespec="seconds"),
+                            "machine": machine(), "postgresql": server.version(),
+                            "load_before": os.getloadavg(), "runs": args.runs,
+                            "jobs": args.jobs, "sleep_jobs": args.sleep_jobs},
+                   "systems": {}}
+        for system in all_systems(server, competitors=not args.no_competitors):
+            if args.only and system.name not in args.only:
+                continue
+            log(f"{system.name}")
+            results["systems"][system.name] = measure_system(system, args)
+        results["enqueue"], results["claim"] = measure_extras(server, args)
+        results["meta"]["load_after"] = os.getloadavg()
+    finally:
+        server.stop()
+    results["ratios"] = report.ratios(results)
+    return results
+
+
+def render(results: dict) -> str:
+    meta = results["meta"]
+    m = meta["machine"]
+    load = " / ".join(f"{a:.1f}–{b:.1f}" for a, b in zip(meta["load_before"], meta["load_after"],
+                                                        strict=True))
+    return "\n\n".join([
+        f"{meta['date']}, {m['cpu']}, {m['cores']} cores, {m['os']}, Python {m['python']}, "
+        f"PostgreSQL {meta['postgresql']} on a local socket; median (min – max) of "
+        f"{meta['runs']} runs; load average 1/5/15 min before–after: {load}",
+        report.systems_table(results), report.extras_table(results),
+        report.goals_table(results["ratios"])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        results = run(args)
+    except Exception:  # the bench itself broke: show where
+        traceback.print_exc()
+        return 1
+    print(render(results))
+    out = args.out or RESULTS / f"speed-{results['meta']['date'].replace(':', '')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(results, indent=1, default=str)
+    out.write_text(text)
+    if args.latest:
+        LATEST.write_text(text)
+    log(f"results written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The measurements: drain runs as processes, cold starts, bulk enqueue against a bare
+COPY, and claim latency with and without a long history of finished rows."""
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg
+
+import drainer
+from drainer import queue
+from drainer.db import connect
+from drainer.schema import migrate
+
+from . import pg, procs
+from .systems import System
+
+LEASE = timedelta(minutes=5)
+COPY = "COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN"
+
+Log = Callable[[str], None]
+
+
+class Failed(Exception):
+    """A figure could not be measured; the message says why."""
+
+
+def drain(system: System, kind: str, jobs: int, processes: int) -> tuple[procs.Timed, float]:
+    """One timed drain of `jobs` fresh jobs; returns the timing and statements per job."""
+    system.seed(kind, jobs)
+    pg.reset_statements(system.url)
+    try:
+        timed = procs.run(system.argvs(kind, jobs, processes), system.env())
+    except procs.RunFailed as exc:
+        raise Failed(str(exc)) from None
+    statements = pg.statements(system.url)
+    left = system.left()
+    if left:
+        raise Failed(f"{left} of {jobs} jobs left unfinished")
+    return timed, statements / jobs
+
+
+def cold_start(system: System) -> float:
+    """Seconds for one process to start, find the queue empty and exit."""
+    system.seed("noop", 0)
+    try:
+        return procs.run([system.argv("noop")], system.env()).seconds
+    except procs.RunFailed as exc:
+        raise Failed(str(exc)) from None
+
+
+def enqueue_rates(url: str, rows: int) -> tuple[float, float]:
+    """Rows per second of drainer.enqueue_many and of a bare COPY of the same rows
+    (the same four columns and values, json.dumps for the payload)."""
+    payloads = [{"n": i} for i in range(rows)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE jobs")
+        began = time.perf_counter()
+        drainer.enqueue_many(conn, "bench_noop", payloads)
+        ours = rows / (time.perf_counter() - began)
+        conn.execute("TRUNCATE jobs")
+        began = time.perf_counter()
+        with conn.transaction():
+            now = conn.execute("SELECT now()").fetchone()[0]
+            with conn.cursor().copy(COPY) as copy:
+                for payload in payloads:
+                    copy.write_row(("bench_noop", json.dumps(payload), now, 5))
+        bare = rows / (time.perf_counter() - began)
+    return ours, bare
+
+
+def prepare_history(url: str, finished: int) -> None:
+    """The jobs table with `finished` done rows, as a long-running queue has."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+        conn.execute("""
+            INSERT INTO jobs (queue, payload, status, attempts)
+            SELECT 'bench_noop', jsonb_build_object('n', g), 'done', 1
+            FROM generate_series(1, %s) AS g""", (finished,))
+
+
+def claim_latency(url: str, ready: int, claims: int) -> float:
+    """Median milliseconds of drainer's claim of 10, over `claims` claims from a queue
+    of `ready` fresh jobs (the table's done rows are kept)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM jobs WHERE status <> 'done'")
+        drainer.enqueue_many(conn, "bench_noop", ({} for _ in range(ready)))
+        conn.execute("VACUUM ANALYZE jobs")
+    times = []
+    with connect(url) as conn:
+        for _ in range(claims):
+            began = time.perf_counter()
+            if len(queue.claim(conn, ["bench_noop"], 10, LEASE)) != 10:
+                raise Failed("the claim found fewer than 10 ready jobs")
+            times.append(time.perf_counter() - began)
+    return statistics.median(times) * 1000

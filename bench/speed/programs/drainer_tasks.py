@@ -1,0 +1,16 @@
+"""The drainer tasks the bench drains (`--tasks drainer_tasks`): a no-op, and one
+that sleeps 10 ms."""
+
+import time
+
+from drainer import task
+
+
+@task("bench_noop")
+def noop(job):
+    pass
+
+
+@task("bench_sleep")
+def sleep(job):
+    time.sleep(0.01)

@@ -1,0 +1,54 @@
+"""PgQueuer's side of the bench, run inside PgQueuer's own virtualenv.
+
+`pgq run pgqueuer_app:noop --mode drain` (or `:sleep`) drains the bench's jobs;
+`python pgqueuer_app.py seed KIND N` enqueues them. The database URL comes from
+BENCH_DB_URL.
+"""
+
+import asyncio
+import os
+import sys
+
+import asyncpg
+from pgqueuer import PgQueuer
+from pgqueuer.db import AsyncpgDriver
+from pgqueuer.models import Job
+from pgqueuer.queries import Queries
+
+
+async def _connect() -> asyncpg.Connection:
+    return await asyncpg.connect(os.environ["BENCH_DB_URL"])
+
+
+async def noop() -> PgQueuer:
+    pgq = PgQueuer(AsyncpgDriver(await _connect()))
+
+    @pgq.entrypoint("noop")
+    async def run(job: Job) -> None:
+        pass
+
+    return pgq
+
+
+async def sleep() -> PgQueuer:
+    pgq = PgQueuer(AsyncpgDriver(await _connect()))
+
+    @pgq.entrypoint("sleep")
+    async def run(job: Job) -> None:
+        await asyncio.sleep(0.01)
+
+    return pgq
+
+
+async def seed(kind: str, n: int) -> None:
+    conn = await _connect()
+    try:
+        await Queries(AsyncpgDriver(conn)).enqueue([kind] * n, [None] * n, [0] * n)
+    finally:
+        await conn.close()
+
+
+if __name__ == "__main__":
+    _, command, kind, n = sys.argv
+    assert command == "seed", command
+    asyncio.run(seed(kind, int(n)))

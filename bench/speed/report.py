@@ -1,0 +1,127 @@
+"""Results: min / median / max of the runs, the goals of issue 6 as ratios of
+medians, and Markdown tables (the README shows them)."""
+
+import statistics
+from dataclasses import dataclass
+
+# figure -> (column title, how a value is shown)
+FIGURES = {
+    "noop_1": ("no-op jobs/s, 1 process", "{:,.0f}"),
+    "noop_4": ("no-op jobs/s, 4 processes", "{:,.0f}"),
+    "sleep_1": ("10 ms jobs/s, 8 threads, 1 process", "{:,.0f}"),
+    "sleep_4": ("10 ms jobs/s, 8 threads, 4 processes", "{:,.0f}"),
+    "cold_start": ("cold start, s", "{:.3f}"),
+    "rss": ("peak RSS, MB", "{:.1f}"),
+    "statements": ("statements per job", "{:.3f}"),
+}
+
+
+def summary(values: list[float]) -> dict:
+    return {"runs": values, "min": min(values), "median": statistics.median(values),
+            "max": max(values)}
+
+
+def cell(stats: dict | str | None, fmt: str) -> str:
+    if stats is None:
+        return "–"  # not measured for this system
+    if isinstance(stats, str):
+        return "n/a"
+    med, lo, hi = (fmt.format(stats[k]) for k in ("median", "min", "max"))
+    return med if lo == hi else f"{med} ({lo} – {hi})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), rule, *map(line, rows)])
+
+
+def systems_table(results: dict) -> str:
+    """One row per system; each cell the median and, in brackets, min – max."""
+    header = ["system", *(title for title, _ in FIGURES.values())]
+    rows = []
+    for name, data in results["systems"].items():
+        figures = data.get("figures", {})
+        unavailable = "n/a" if data.get("unavailable") else None
+        rows.append([name, *(cell(figures.get(f, unavailable), fmt)
+                             for f, (_, fmt) in FIGURES.items())])
+    notes = []
+    for name, data in results["systems"].items():
+        if data.get("unavailable"):
+            notes.append(f"- {name}: n/a, {data['unavailable']}")
+        notes += [f"- {name}, {FIGURES[f][0]}: n/a, {why}"
+                  for f, why in data.get("figures", {}).items() if isinstance(why, str)]
+    return "\n".join([_table(header, rows), *([""] + notes if notes else [])])
+
+
+def extras_table(results: dict) -> str:
+    e = results["enqueue"]
+    c = results["claim"]
+    rows = [
+        ["bulk enqueue, rows/s: drainer.enqueue_many", cell(e.get("drainer"), "{:,.0f}")],
+        ["bulk enqueue, rows/s: bare COPY", cell(e.get("copy"), "{:,.0f}")],
+        ["claim of 10, ms: no finished rows", cell(c.get("empty"), "{:.3f}")],
+        [f"claim of 10, ms: {c['finished']:,} finished rows", cell(c.get("history"), "{:.3f}")],
+    ]
+    return _table(["figure", "median (min – max)"], rows)
+
+
+@dataclass
+class Goal:
+    text: str
+    numerator: tuple[str, ...]  # a path into the results
+    denominator: tuple[str, ...]
+    target: float
+    at_least: bool  # True: ratio >= target; False: ratio <= target
+
+
+def _versus_loop(text: str, figure: str, target: float, at_least: bool,
+                 system: str = "drainer") -> Goal:
+    """A goal that compares drainer with the hand-written batch loop on one figure."""
+    return Goal(text, ("systems", system, "figures", figure),
+                ("systems", "loop-batch", "figures", figure), target, at_least)
+
+
+GOALS = [
+    _versus_loop("drain, 1 process, default settings / hand-written batch loop",
+                 "noop_1", 2.0, True),
+    _versus_loop("drain, 4 processes, default settings / hand-written batch loop",
+                 "noop_4", 1.5, True),
+    _versus_loop("drain --batch-size 10, 1 process / hand-written batch loop",
+                 "noop_1", 0.95, True, system="drainer --batch-size 10"),
+    _versus_loop("cold start on an empty queue / hand-written loop", "cold_start", 1.15, False),
+    _versus_loop("peak RSS / hand-written loop", "rss", 1.15, False),
+    Goal("bulk enqueue (enqueue_many) / bare COPY",
+         ("enqueue", "drainer"), ("enqueue", "copy"), 0.9, True),
+    Goal("claim latency with 1M finished rows / with none",
+         ("claim", "history"), ("claim", "empty"), 1.2, False),
+]
+
+
+def _median(results: dict, path: tuple[str, ...]) -> float | None:
+    node = results
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node["median"] if isinstance(node, dict) else None
+
+
+def ratios(results: dict) -> list[dict]:
+    out = []
+    for goal in GOALS:
+        num, den = _median(results, goal.numerator), _median(results, goal.denominator)
+        ratio = num / den if num is not None and den else None
+        met = None if ratio is None else (ratio >= goal.target if goal.at_least
+                                          else ratio <= goal.target)
+        out.append({"goal": goal.text, "ratio": ratio,
+                    "target": f"{'≥' if goal.at_least else '≤'} {goal.target:g}×", "met": met})
+    return out
+
+
+def goals_table(rows: list[dict]) -> str:
+    body = [[r["goal"], "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}×", r["target"],
+             {True: "met", False: "missed", None: "n/a"}[r["met"]]] for r in rows]
+    return _table(["goal (ratio of medians, one run)", "ratio", "goal", ""], body)

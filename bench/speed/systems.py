@@ -1,0 +1,230 @@
+"""The systems the bench drains with: how each installs its schema, enqueues the
+bench's jobs, is started as processes, and says how many jobs it left unfinished.
+
+Every system gets a database of its own on the same server, and the same jobs:
+`noop` (a handler that returns at once) or `sleep` (one that sleeps 10 ms).
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+import drainer
+from drainer.schema import migrate
+
+from . import pg, venvs
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+HANDWRITTEN = PROGRAMS / "handwritten.py"
+SLEEP_CONCURRENCY = 8
+
+
+PYCACHE = venvs.CACHE / "pycache"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Our environment without anything that would point a process elsewhere, and
+    with bytecode caching on (kept under the bench's cache), as an installed package
+    has it: compiling the sources at every start would count against the start."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DRAINER_", "PG", "PGQUEUER_", "PROCRASTINATE_"))
+           and k not in ("DATABASE_URL", "PYTHONDONTWRITEBYTECODE")}
+    return {**env, "PYTHONPATH": str(PROGRAMS), "PYTHONPYCACHEPREFIX": str(PYCACHE), **extra}
+
+
+def compile_sources() -> None:
+    """Write the bytecode of drainer and of the bench's programs before any timing."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(drainer.__file__).parent),
+                    str(PROGRAMS)], env=clean_env(), check=True, stdout=subprocess.DEVNULL)
+
+
+class System:
+    """One way of draining. `figures` lists what the bench measures for it."""
+
+    name = ""
+    figures = ("noop_1", "noop_4", "sleep_1", "sleep_4", "cold_start")
+    jobs_scale = 1.0  # a slow system drains fewer no-op jobs, to keep the bench short
+
+    def __init__(self, server: pg.Server):
+        self.server = server
+        self.url = ""
+
+    def prepare(self) -> None:
+        """Create the database and schema; venvs.Unavailable when it cannot run here."""
+        self.url = self.server.create(re.sub(r"\W+", "_", self.name).strip("_"))
+
+    def seed(self, kind: str, jobs: int) -> None:
+        """Empty the queue, enqueue `jobs` jobs of `kind`, VACUUM ANALYZE."""
+        raise NotImplementedError
+
+    def argvs(self, kind: str, jobs: int, processes: int) -> list[list[str]]:
+        return [self.argv(kind)] * processes
+
+    def argv(self, kind: str) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return clean_env()
+
+    def left(self) -> int:
+        """Jobs not finished yet."""
+        raise NotImplementedError
+
+
+class JobsTable(System):
+    """Systems that drain drainer's own `jobs` table (migrated, trigger included)."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            migrate(conn)
+
+    def seed(self, kind: str, jobs: int) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("TRUNCATE jobs")
+            drainer.enqueue_many(conn, f"bench_{kind}", ({} for _ in range(jobs)))
+            conn.execute("VACUUM ANALYZE jobs")
+
+    def left(self) -> int:
+        return pg.scalar(self.url, "SELECT count(*) FROM jobs WHERE status <> 'done'")
+
+
+class Drainer(JobsTable):
+    name = "drainer"
+
+    def __init__(self, server: pg.Server, *extra: str):
+        super().__init__(server)
+        self.extra = list(extra)
+        if extra:
+            self.name = f"drainer {' '.join(extra)}"
+            self.figures = ("noop_1", "noop_4")
+
+    def argv(self, kind: str) -> list[str]:
+        concurrency = ["--concurrency", str(SLEEP_CONCURRENCY)] if kind == "sleep" else []
+        return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
+                "--tasks", "drainer_tasks", "--queue", f"bench_{kind}", *concurrency,
+                *self.extra]
+
+
+class Handwritten(JobsTable):
+    """bench/speed/programs/handwritten.py: claim 10, then complete each or the batch."""
+
+    def __init__(self, server: pg.Server, complete: str):
+        super().__init__(server)
+        self.complete = complete
+        self.name = f"loop-{complete}"
+
+    def argv(self, kind: str) -> list[str]:
+        sleep = (["--sleep", "0.01", "--concurrency", str(SLEEP_CONCURRENCY)]
+                 if kind == "sleep" else [])
+        return [sys.executable, str(HANDWRITTEN), self.url, f"bench_{kind}",
+                "--complete", self.complete, *sleep]
+
+
+class Pgbench(JobsTable):
+    """The database's ceiling: the claim and the batch complete driven by pgbench, a C
+    client, with `clients` connections in one process."""
+
+    figures = ("noop_1", "noop_4")
+
+    def __init__(self, server: pg.Server, size: int):
+        super().__init__(server)
+        self.size = size
+        self.name = f"pgbench-{size}"
+        if size > 10:
+            self.figures = ("noop_1",)
+
+    def prepare(self) -> None:
+        if not (self.server.bin_dir / "pgbench").exists():
+            raise venvs.Unavailable(f"no pgbench in {self.server.bin_dir}")
+        super().prepare()
+
+    def argvs(self, kind: str, jobs: int, processes: int) -> list[list[str]]:
+        cluster = self.server.cluster
+        per_client = -(-jobs // (self.size * processes))  # ceil: every job gets claimed
+        return [[str(self.server.bin_dir / "pgbench"), "-n",
+                 "-c", str(processes), "-j", str(processes), "-t", str(per_client),
+                 "-D", f"size={self.size}", "-f", str(PROGRAMS / "pgbench_claim_complete.sql"),
+                 "-h", str(cluster.root), "-p", str(cluster.port), "-U", "postgres",
+                 psycopg.conninfo.conninfo_to_dict(self.url)["dbname"]]]
+
+
+class Competitor(System):
+    """A queue from PyPI, in its own virtualenv; its programs read BENCH_DB_URL."""
+
+    requirements: list[str] = []
+    clear = ""  # SQL that empties its queue
+    unfinished = ""  # SQL that counts its unfinished jobs
+    bin: Path
+
+    def prepare(self) -> None:
+        self.bin = venvs.ensure(self.name, self.requirements)
+        super().prepare()
+        self._setup(self.install_argv())
+
+    def install_argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return clean_env(BENCH_DB_URL=self.url)
+
+    def _setup(self, argv: list[str]) -> None:
+        proc = subprocess.run(argv, env=self.env(), capture_output=True, text=True,
+                              timeout=600)
+        if proc.returncode:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+            raise venvs.Unavailable(f"{Path(argv[0]).name} failed: {' '.join(tail)}")
+
+    def seed(self, kind: str, jobs: int) -> None:
+        pg.execute(self.url, self.clear)
+        if jobs:
+            self._setup([str(self.bin / "python"), str(PROGRAMS / f"{self.name}_app.py"),
+                         "seed", kind, str(jobs)])
+        pg.execute(self.url, "VACUUM ANALYZE")
+
+    def left(self) -> int:
+        return pg.scalar(self.url, self.unfinished)
+
+
+class PgQueuer(Competitor):
+    name = "pgqueuer"
+    requirements = ["pgqueuer==1.6.0", "typer<0.29"]  # pgq run crashes with typer 0.29
+    clear = "TRUNCATE pgqueuer, pgqueuer_log"
+    unfinished = "SELECT count(*) FROM pgqueuer"
+
+    def install_argv(self) -> list[str]:
+        return [str(self.bin / "pgq"), "--pg-dsn", self.url, "install"]
+
+    def argv(self, kind: str) -> list[str]:
+        limit = ["--max-concurrent-tasks", str(SLEEP_CONCURRENCY)] if kind == "sleep" else []
+        return [str(self.bin / "pgq"), "run", f"pgqueuer_app:{kind}", "--mode", "drain", *limit]
+
+
+class Procrastinate(Competitor):
+    name = "procrastinate"
+    requirements = ["procrastinate==3.10.0"]
+    clear = "TRUNCATE procrastinate_jobs CASCADE"
+    unfinished = "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'"
+    jobs_scale = 0.25  # about 20x slower than the loop: a quarter of the jobs
+
+    def install_argv(self) -> list[str]:
+        return [str(self.bin / "procrastinate"), "--app", "procrastinate_app.app",
+                "schema", "--apply"]
+
+    def argv(self, kind: str) -> list[str]:
+        concurrency = ["--concurrency", str(SLEEP_CONCURRENCY)] if kind == "sleep" else []
+        return [str(self.bin / "procrastinate"), "--app", "procrastinate_app.app", "worker",
+                "--queues", "bench", "--one-shot", *concurrency]
+
+
+def all_systems(server: pg.Server, *, competitors: bool = True) -> list[System]:
+    systems = [Drainer(server), Drainer(server, "--batch-size", "10"),
+               Handwritten(server, "each"), Handwritten(server, "batch"),
+               Pgbench(server, 10), Pgbench(server, 500)]
+    if competitors:
+        systems += [PgQueuer(server), Procrastinate(server)]
+    return systems
