@@ -1,8 +1,8 @@
 """Ways of waiting for work, replayed on the same day against the same compute.
 
 Every strategy drains with the loop of `drainer.run.drain` (start, claim batches
-sized by `drainer.run.Sizer`, write back, archive, next_due) on the in-memory
-table, and differs only in how it waits. Ours decides after each run with
+sized by `drainer.run.Sizer`, write back with the next claim, archive, next_due) on
+the in-memory table, and differs only in how it waits. Ours decides after each run with
 `drainer.wake.after_run`, the very function the cloud entry points call.
 """
 
@@ -80,29 +80,43 @@ def drain(world: World, session: Session, deadline: float | None) -> Process:
 
 def work(world: World, session: Session, sizer: Sizer, deadline: float | None,
          summary: Summary) -> Process:
-    """Claim and run batches until none is ready or the deadline; returns why it stopped."""
-    sim, model = world.sim, world.model
-    while True:
+    """Claim and run batches until none is ready or the deadline; returns why it
+    stopped. A batch's write-back and the next claim share one round trip
+    (`drainer.queue.settle`), as in `drainer.run.drain`."""
+    sim, table, lease = world.sim, world.table, world.model.lease
+
+    def next_size() -> tuple[int, str]:
         size = sizer.fits(None if deadline is None else deadline - sim.now)
-        if size < 1:
-            return "deadline"
+        return (size, "empty") if size >= 1 else (0, "deadline")
+
+    size, stopped = next_size()
+    rows: list[Row] = []
+    if size:
         yield from session.sql()
-        rows = world.table.claim(sim.now, size, model.lease)
-        if not rows:
-            return "empty"
+        rows = table.claim(sim.now, size, lease)
+    while rows:
         began = sim.now
-        unstarted = yield from batch(world, session, rows, sizer, deadline, summary)
+        succeeded, failed, unstarted = yield from batch(world, session, rows, sizer, deadline)
         sizer.observe(len(rows) - len(unstarted), sim.now - began, full=len(rows) == size)
-        if unstarted:
-            return "deadline"
+        size, stopped = (0, "deadline") if unstarted else next_size()
+        yield from session.sql()  # settle: complete, fail, release and claim, pipelined
+        table.complete(succeeded)
+        table.fail(failed, sim.now)
+        table.release(unstarted)
+        summary.claimed += len(succeeded) + len(failed)
+        summary.done += len(succeeded)
+        summary.failed += sum(r.status == "failed" for r in failed)
+        summary.retried += sum(r.status == "queued" for r in failed)
+        rows = table.claim(sim.now, size, lease) if size else []
+    return stopped
 
 
 def batch(world: World, session: Session, rows: list[Row], sizer: Sizer,
-          deadline: float | None, summary: Summary) -> Process:
-    """`drainer.batch.Batch` and the write-back: handlers on `concurrency` threads, each
-    job started only if `Sizer.may_start` expects it to finish, leases extended every
-    lease/3, then one statement per kind of result. Returns the unstarted rows."""
-    sim, model, table = world.sim, world.model, world.table
+          deadline: float | None) -> Process:
+    """`drainer.batch.Batch`: handlers on `concurrency` threads, each job started only
+    if `Sizer.may_start` expects it to finish, leases extended every lease/3.
+    Returns (succeeded, failed, unstarted) rows."""
+    sim, model = world.sim, world.model
     slots = [sim.now] * min(model.concurrency, len(rows))
     ends: dict[int, float] = {}
     unstarted: list[Row] = []
@@ -119,25 +133,12 @@ def batch(world: World, session: Session, rows: list[Row], sizer: Sizer,
     while sim.now + beat < end:
         yield beat
         yield from session.sql()  # extend
-        table.extend((r for r in rows if ends.get(r.id, 0) > sim.now), sim.now, model.lease)
+        world.table.extend((r for r in rows if ends.get(r.id, 0) > sim.now), sim.now,
+                           model.lease)
     yield max(0.0, end - sim.now)
     started = [r for r in rows if r.id in ends]
-    failed = [r for r in started if r.attempts <= r.spec.failures]
-    succeeded = [r for r in started if r.attempts > r.spec.failures]
-    if succeeded:
-        yield from session.sql()
-        table.complete(succeeded)
-    if failed:
-        yield from session.sql()
-        table.fail(failed, sim.now)
-    if unstarted:
-        yield from session.sql()
-        table.release(unstarted)
-    summary.claimed += len(started)
-    summary.done += len(succeeded)
-    summary.failed += sum(r.status == "failed" for r in failed)
-    summary.retried += sum(r.status == "queued" for r in failed)
-    return unstarted
+    return ([r for r in started if r.attempts > r.spec.failures],
+            [r for r in started if r.attempts <= r.spec.failures], unstarted)
 
 
 @dataclass
