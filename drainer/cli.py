@@ -286,9 +286,12 @@ def cmd_migrate(args: argparse.Namespace) -> None:
 
 
 def _read_lines(stream) -> list[object]:
-    """Every stdin line as a payload, or BadInput naming the first bad line."""
+    """Every stdin line as a payload, or BadInput naming the first bad line.
+    Blank lines carry no job and are skipped; line numbers still count them."""
     payloads = []
     for number, raw in enumerate(stream.buffer, 1):
+        if not raw.strip():
+            continue
         try:
             payloads.append(_payload(raw.decode("utf-8")))
         except (UnicodeDecodeError, BadInput) as exc:

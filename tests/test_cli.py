@@ -143,7 +143,7 @@ def test_enqueue_refuses_bad_payloads(db_url, payload):
 
 
 def test_bulk_enqueue_from_stdin(db_url):
-    lines = "".join(json.dumps({"i": i}) + "\n" for i in range(500))
+    lines = "".join(json.dumps({"i": i}) + "\n" for i in range(500)) + "\n  \n"
     result = run_cli("enqueue", "bulk", "--database-url", db_url, input=lines)
     assert json.loads(result.stdout) == {"enqueued": 500}
     with connect(db_url) as conn:
@@ -153,7 +153,7 @@ def test_bulk_enqueue_from_stdin(db_url):
 @pytest.mark.parametrize("bad, reason", [
     (b'{"ok": 2}\n{oops\n{"ok": 3}\n', "line 2"),
     (b'{"ok": 2}\n{"ok": 3}\n\xff\xfe\n', "line 3 is not UTF-8"),
-    (b'{"ok": 2}\n\n', "line 2"),
+    (b'{"ok": 2}\n\n{"ok": 3}\n"\\ud800"\n', "line 4"),
     (b'{"s": "\\u0000"}\n', "line 1"),
 ])
 def test_bulk_enqueue_is_all_or_nothing_and_names_the_bad_line(db_url, bad, reason):
