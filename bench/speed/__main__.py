@@ -35,8 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="rows per bulk enqueue run (default 100,000)")
     p.add_argument("--finished", type=int, default=1_000_000,
                    help="finished rows for the claim latency figure (default 1,000,000)")
-    p.add_argument("--claims", type=int, default=500,
-                   help="claims timed per claim latency run (default 500)")
+    p.add_argument("--claims", type=int, default=1_000,
+                   help="claims timed per claim latency run (default 1,000)")
     p.add_argument("--no-competitors", action="store_true",
                    help="skip PgQueuer and procrastinate (no virtualenvs, no network)")
     p.add_argument("--only", action="append", metavar="SYSTEM",
@@ -97,13 +97,16 @@ def measure_extras(server: pg.Server, args: argparse.Namespace) -> tuple[dict, d
     enqueue = {"rows": args.enqueue_rows, "drainer": report.summary([r[0] for r in rates]),
                "copy": report.summary([r[1] for r in rates])}
     claim = {"finished": args.finished, "ready": 20_000, "claims": args.claims}
-    for key, finished in (("empty", 0), ("history", args.finished)):
-        url = server.create(f"claim_{key}")
-        log(f"claim latency: preparing {finished:,} finished rows")
-        measure.prepare_history(url, finished)
-        claim[key] = report.summary(repeat(
-            args.runs, f"claim latency, {finished:,} finished rows",
-            lambda u=url: round(measure.claim_latency(u, claim["ready"], args.claims), 4)))
+    urls = {"empty": server.create("claim_empty"), "history": server.create("claim_history")}
+    log(f"claim latency: preparing {args.finished:,} finished rows")
+    measure.prepare_history(urls["empty"], 0)
+    measure.prepare_history(urls["history"], args.finished)
+    # Both tables in every run, so a change of load between runs hits both alike.
+    runs = repeat(args.runs, "claim latency ms (no finished rows, finished rows)",
+                  lambda: tuple(round(measure.claim_latency(url, claim["ready"], args.claims), 4)
+                                for url in urls.values()))
+    claim["empty"] = report.summary([empty for empty, _ in runs])
+    claim["history"] = report.summary([history for _, history in runs])
     return enqueue, claim
 
 

@@ -126,8 +126,8 @@ class Handwritten(JobsTable):
 
 
 class Pgbench(JobsTable):
-    """The database's ceiling: the claim and the batch complete driven by pgbench, a C
-    client, with `clients` connections in one process."""
+    """The database's ceiling: drainer's claim and batch complete driven by pgbench, a
+    C client, with `processes` connections in one process."""
 
     figures = ("noop_1", "noop_4")
 
@@ -146,7 +146,7 @@ class Pgbench(JobsTable):
     def argvs(self, kind: str, jobs: int, processes: int) -> list[list[str]]:
         cluster = self.server.cluster
         per_client = -(-jobs // (self.size * processes))  # ceil: every job gets claimed
-        return [[str(self.server.bin_dir / "pgbench"), "-n",
+        return [[str(self.server.bin_dir / "pgbench"), "-n", "-M", "prepared",
                  "-c", str(processes), "-j", str(processes), "-t", str(per_client),
                  "-D", f"size={self.size}", "-f", str(PROGRAMS / "pgbench_claim_complete.sql"),
                  "-h", str(cluster.root), "-p", str(cluster.port), "-U", "postgres",
@@ -192,7 +192,7 @@ class Competitor(System):
 
 class PgQueuer(Competitor):
     name = "pgqueuer"
-    requirements = ["pgqueuer==1.6.0", "typer<0.29"]  # pgq run crashes with typer 0.29
+    requirements = ["pgqueuer[asyncpg]==1.6.0", "typer<0.29"]  # pgq run crashes with typer 0.29
     clear = "TRUNCATE pgqueuer, pgqueuer_log"
     unfinished = "SELECT count(*) FROM pgqueuer"
 

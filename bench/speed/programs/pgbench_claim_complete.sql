@@ -1,6 +1,6 @@
 -- The database's ceiling for the drain's two statements, driven by pgbench (a C
--- client): claim :size jobs (the seed's claim), then complete them in one guarded
--- UPDATE. Run with -D size=N; \gset hands the claimed ids to the second statement.
+-- client, -M prepared): drainer's claim of :size jobs, then their batch complete in
+-- drainer's form (see drainer/sql/queries.sql). \gset hands the claimed ids on.
 WITH next AS (
   SELECT id FROM jobs
   WHERE queue = 'bench_noop' AND status = 'queued' AND run_at <= now()
@@ -10,12 +10,15 @@ WITH next AS (
   UPDATE jobs j
   SET status = 'running', attempts = j.attempts + 1,
       locked_until = now() + interval '5 minutes'
-  FROM next WHERE j.id = next.id
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.attempts
 )
-SELECT coalesce(string_agg(id::text, ','), '0') AS ids,
-       coalesce(string_agg(attempts::text, ','), '0') AS attempts
+SELECT '{' || coalesce(string_agg(id::text, ','), '') || '}' AS ids,
+       '{' || coalesce(string_agg(attempts::text, ','), '') || '}' AS attempts
 FROM claimed \gset
 UPDATE jobs j SET status = 'done', locked_until = NULL
-FROM unnest(ARRAY[:ids]::bigint[], ARRAY[:attempts]::int[]) AS t(id, attempts)
-WHERE j.id = t.id AND j.status = 'running' AND j.attempts = t.attempts;
+FROM unnest(:ids::bigint[], :attempts::int[],
+            array_fill('running'::text, ARRAY[cardinality(:ids::bigint[])]))
+     AS t(id, attempts, status)
+WHERE j.id = ANY(:ids::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts;
