@@ -37,7 +37,7 @@ def run(argvs: list[list[str]], env: dict[str, str], *, timeout: float = 600) ->
             launcher.wait()
             raise RunFailed(f"{Path(argvs[0][0]).name} ran longer than {timeout:g} s") from None
         log.seek(0)
-        tail = " | ".join(log.read().decode(errors="replace").strip().splitlines()[-5:])
+        tail = " | ".join(log.read().decode(errors="replace").strip().splitlines()[-2:])
     if launcher.returncode:
         raise RunFailed(f"the launcher failed: {tail}")
     result = json.loads(out)

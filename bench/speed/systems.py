@@ -200,7 +200,9 @@ class PgQueuer(Competitor):
         return [str(self.bin / "pgq"), "--pg-dsn", self.url, "install"]
 
     def argv(self, kind: str) -> list[str]:
-        limit = ["--max-concurrent-tasks", str(SLEEP_CONCURRENCY)] if kind == "sleep" else []
+        # It wants max_concurrent_tasks >= 2 x batch_size: 8 at once takes batches of 4.
+        limit = (["--max-concurrent-tasks", str(SLEEP_CONCURRENCY),
+                  "--batch-size", str(SLEEP_CONCURRENCY // 2)] if kind == "sleep" else [])
         return [str(self.bin / "pgq"), "run", f"pgqueuer_app:{kind}", "--mode", "drain", *limit]
 
 

@@ -8,6 +8,8 @@ BENCH_DB_URL.
 import asyncio
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import asyncpg
 from pgqueuer import PgQueuer
@@ -20,24 +22,32 @@ async def _connect() -> asyncpg.Connection:
     return await asyncpg.connect(os.environ["BENCH_DB_URL"])
 
 
-async def noop() -> PgQueuer:
-    pgq = PgQueuer(AsyncpgDriver(await _connect()))
+@asynccontextmanager
+async def _queuer(entrypoint: str, handler) -> AsyncIterator[PgQueuer]:
+    """What `pgq run` wants from a factory: an async context manager."""
+    conn = await _connect()
+    try:
+        pgq = PgQueuer(AsyncpgDriver(conn))
+        pgq.entrypoint(entrypoint)(handler)
+        yield pgq
+    finally:
+        await conn.close()
 
-    @pgq.entrypoint("noop")
-    async def run(job: Job) -> None:
-        pass
 
-    return pgq
+async def _noop(job: Job) -> None:
+    pass
 
 
-async def sleep() -> PgQueuer:
-    pgq = PgQueuer(AsyncpgDriver(await _connect()))
+async def _sleep(job: Job) -> None:
+    await asyncio.sleep(0.01)
 
-    @pgq.entrypoint("sleep")
-    async def run(job: Job) -> None:
-        await asyncio.sleep(0.01)
 
-    return pgq
+def noop() -> AbstractAsyncContextManager[PgQueuer]:
+    return _queuer("noop", _noop)
+
+
+def sleep() -> AbstractAsyncContextManager[PgQueuer]:
+    return _queuer("sleep", _sleep)
 
 
 async def seed(kind: str, n: int) -> None:
