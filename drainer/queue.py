@@ -314,11 +314,26 @@ def archive(
             return total
 
 
+@dataclass(frozen=True)
+class Due:
+    """`next_due` and where it comes from: the earliest queued job's run_at and the
+    earliest running job's lease end (None when there is none)."""
+
+    next_due: datetime | None
+    run_at: datetime | None
+    lease_end: datetime | None
+
+
+def due(conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None) -> Due:
+    """When more work of `queues` becomes ready, and why, in one statement."""
+    return Due(*_run(conn, "next_due", {"queues": list(queues), "now": now}).fetchone())
+
+
 def next_due(
     conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None
 ) -> datetime | None:
     """When more work of `queues` becomes ready: now() if some is ready, None if none is left."""
-    return _run(conn, "next_due", {"queues": list(queues), "now": now}).fetchone()[0]
+    return due(conn, queues, now=now).next_due
 
 
 def database_now(conn: psycopg.Connection) -> datetime:

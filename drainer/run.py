@@ -40,9 +40,13 @@ class Summary:
     seconds: float = 0.0
     stopped: str = "empty"
     next_due: datetime | None = None
+    # next_due's sources, for the wake-up decisions (drainer.wake); not in the JSON.
+    next_run_at: datetime | None = None
+    next_lease_end: datetime | None = None
 
     def as_json(self) -> dict:
         data = asdict(self)
+        del data["next_run_at"], data["next_lease_end"]
         data["seconds"] = round(self.seconds, 3)
         data["next_due"] = self.next_due.isoformat() if self.next_due else None
         return data
@@ -162,7 +166,9 @@ def drain(
         jobs = settled.claimed
 
     summary.archived = queue.archive(conn, options.archive_after, to_table=has_archive)
-    summary.next_due = queue.next_due(conn, options.queues)
+    due = queue.due(conn, options.queues)
+    summary.next_due, summary.next_run_at, summary.next_lease_end = (
+        due.next_due, due.run_at, due.lease_end)
     summary.seconds = clock.monotonic() - began
     return summary
 

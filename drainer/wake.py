@@ -17,10 +17,29 @@ SOON = timedelta(minutes=1)  # a wake-up schedule has minute granularity
 class Next:
     """`continue`: invoke a fresh run now (ready work is left, the deadline stopped us);
     `wait`: sleep until `at` with no session open, then drain again in this run;
-    `wake`: arm a one-time schedule for the minute `at`; `none`: nothing is left."""
+    `wake`: arm a one-time schedule for the minute `at`; `none`: nothing is left.
+
+    `lease`: `at` is a running job's lease end, not a queued job's run_at; such a
+    wake-up matters only if the lease's holder dies (it reaps the job), so the holder,
+    or any run after it, deletes it once stale. `leases_from`: the database at the
+    run's end said no lease ends before this minute (None: no job is running), so
+    lease wake-ups of earlier minutes are stale; a run that stops (none, wake) deletes
+    them."""
 
     action: Literal["none", "continue", "wait", "wake"]
     at: datetime | None = None
+    lease: bool = False
+    leases_from: datetime | None = None
+
+    @property
+    def stops(self) -> bool:
+        """Whether the run stops here (none, wake), rather than drain again soon
+        (wait, continue), so its view of the leases is the last word for now."""
+        return self.action in ("none", "wake")
+
+    def stale(self, lease_wake_up: datetime) -> bool:
+        """Whether the lease wake-up armed for the minute `lease_wake_up` can go."""
+        return self.stops and (self.leases_from is None or lease_wake_up < self.leases_from)
 
 
 def ceil_minute(moment: datetime) -> datetime:
@@ -37,14 +56,22 @@ def after_run(
     max_depth: int,
     remaining: timedelta,
 ) -> Next:
-    """Decide from the run's `next_due`, the database's `now`, the continuation depth
-    and the time the function has left (after its safety margin)."""
-    due = summary.next_due
+    """Decide from the run's last drain (`next_due` and its sources, what it claimed),
+    the database's `now`, the continuation depth and the time the function has left
+    (after its safety margin)."""
+    due, lease_end = summary.next_due, summary.next_lease_end
+    leases_from = None if lease_end is None else ceil_minute(lease_end)
     if due is None:
         return Next("none")
     if due <= now:
         # Ready work is left: the deadline (or a signal) cut the run short.
-        return Next("continue") if depth < max_depth else Next("none")
-    if due - now <= SOON and remaining > due - now:
+        if depth < max_depth:
+            return Next("continue")
+        return Next("none", leases_from=leases_from)
+    lease = lease_end is not None and (summary.next_run_at is None
+                                       or lease_end < summary.next_run_at)
+    # Wait in the run only for a queued job: a live holder extends its lease or
+    # finishes, so waiting for a lease end would most likely be for nothing.
+    if not lease and due - now <= SOON and remaining > due - now:
         return Next("wait", due)
-    return Next("wake", ceil_minute(due))
+    return Next("wake", ceil_minute(due), lease=lease, leases_from=leases_from)

@@ -190,6 +190,20 @@ def test_next_due(conn):
     assert drainer.next_due(conn, ["default"], now=now) == now  # ready work: the current time
 
 
+def test_due_tells_a_queued_run_at_from_a_lease_end(conn):
+    assert queue.due(conn, ["default"]) == queue.Due(None, None, None)
+    drainer.enqueue(conn, "default", {}, delay=600)
+    run_at = one(conn, "SELECT run_at FROM jobs")[0]
+    assert queue.due(conn, ["default"]) == queue.Due(run_at, run_at, None)
+    drainer.enqueue(conn, "default", {})
+    drainer.claim(conn, ["default"], 1, timedelta(seconds=60))
+    lease_end = one(conn, "SELECT locked_until FROM jobs WHERE status = 'running'")[0]
+    assert queue.due(conn, ["default"]) == queue.Due(lease_end, run_at, lease_end)
+    later = run_at + timedelta(hours=1)  # both past: next_due is the current time
+    assert queue.due(conn, ["default"], now=later) == queue.Due(later, run_at, lease_end)
+    assert queue.due(conn, ["elsewhere"]) == queue.Due(None, None, None)
+
+
 def test_enqueue_rolls_back_with_the_callers_transaction(conn):
     with pytest.raises(RuntimeError), conn.transaction():
         drainer.enqueue(conn, "default", {"order": 1})

@@ -11,17 +11,58 @@ NOW = datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)
 S = timedelta(seconds=1)
 
 
-@pytest.mark.parametrize("due, depth, remaining, expected", [
-    (None, 0, 600 * S, Next("none")),
-    (NOW, 0, 600 * S, Next("continue")),
-    (NOW, 3, 600 * S, Next("none")),  # at the depth limit the backstop takes over
-    (NOW + 20 * S, 0, 600 * S, Next("wait", NOW + 20 * S)),
-    (NOW + 20 * S, 0, 10 * S, Next("wake", datetime(2026, 12, 2, 12, 1, tzinfo=UTC))),
-    (NOW + 160 * S, 0, 600 * S, Next("wake", datetime(2026, 12, 2, 12, 4, tzinfo=UTC))),
+def minute(m: int) -> datetime:
+    return datetime(2026, 12, 2, 12, m, tzinfo=UTC)
+
+
+def summary(run_at: datetime | None, lease_end: datetime | None) -> Summary:
+    """A drain's summary as `drainer.run.drain` fills it from `queue.due`."""
+    due = min((t for t in (run_at, lease_end) if t is not None), default=None)
+    return Summary(claimed=1, next_due=None if due is None else max(due, NOW),
+                   next_run_at=run_at, next_lease_end=lease_end,
+                   stopped="deadline" if due == NOW else "empty")
+
+
+@pytest.mark.parametrize("run_at, lease_end, depth, remaining, expected", [
+    (None, None, 0, 600 * S, Next("none")),
+    (NOW, None, 0, 600 * S, Next("continue")),
+    (NOW, None, 3, 600 * S, Next("none")),  # at the depth limit the backstop takes over
+    (NOW + 20 * S, None, 0, 600 * S, Next("wait", NOW + 20 * S)),
+    (NOW + 20 * S, None, 0, 10 * S, Next("wake", minute(1))),
+    (NOW + 160 * S, None, 0, 600 * S, Next("wake", minute(4))),
+    # Another run's lease end: a wake-up of its own kind, never waited for (a live
+    # holder extends or finishes), and stale once that lease is gone.
+    (None, NOW + 160 * S, 0, 600 * S, Next("wake", minute(4), lease=True,
+                                           leases_from=minute(4))),
+    (None, NOW + 20 * S, 0, 600 * S, Next("wake", minute(1), lease=True,
+                                          leases_from=minute(1))),
+    (NOW + 400 * S, NOW + 160 * S, 0, 600 * S, Next("wake", minute(4), lease=True,
+                                                    leases_from=minute(4))),
+    (NOW + 160 * S, NOW + 400 * S, 0, 600 * S, Next("wake", minute(4),
+                                                    leases_from=minute(8))),
+    # A tie is the queued job's: a due wake-up, which nobody deletes.
+    (NOW + 160 * S, NOW + 160 * S, 0, 600 * S, Next("wake", minute(4),
+                                                    leases_from=minute(4))),
+    (NOW + 20 * S, NOW + 400 * S, 0, 600 * S, Next("wait", NOW + 20 * S)),
+    (NOW, NOW + 160 * S, 3, 600 * S, Next("none", leases_from=minute(4))),
 ])
-def test_after_run(due, depth, remaining, expected):
-    summary = Summary(next_due=due, stopped="deadline" if due == NOW else "empty")
-    assert after_run(summary, now=NOW, depth=depth, max_depth=3, remaining=remaining) == expected
+def test_after_run(run_at, lease_end, depth, remaining, expected):
+    assert after_run(summary(run_at, lease_end), now=NOW, depth=depth, max_depth=3,
+                     remaining=remaining) == expected
+
+
+@pytest.mark.parametrize("decision, stale, kept", [
+    (Next("none"), [minute(1), minute(59)], []),  # no lease is held: every one is stale
+    (Next("wake", minute(2), leases_from=minute(4)), [minute(1), minute(3)],
+     [minute(4), minute(5)]),
+    (Next("wake", minute(4), lease=True, leases_from=minute(4)), [minute(3)], [minute(4)]),
+    (Next("none", leases_from=minute(4)), [minute(3)], [minute(4)]),
+    # A run that drains again soon decides then.
+    (Next("wait", NOW + 20 * S), [], [minute(1)]),
+    (Next("continue"), [], [minute(1)]),
+])
+def test_which_lease_wake_ups_are_stale(decision, stale, kept):
+    assert [m for m in stale + kept if decision.stale(m)] == stale
 
 
 def test_ceil_minute_never_rounds_down():

@@ -9,8 +9,9 @@ the in-memory table, and differs only in how it waits. Ours decides after each r
 from dataclasses import dataclass
 from datetime import timedelta
 
+from drainer.aws import schedule
 from drainer.run import Sizer, Summary
-from drainer.wake import after_run
+from drainer.wake import Next, after_run
 from drainer.worker import MIN_WAIT, Backoff
 
 from .compute import Compute, Session
@@ -71,9 +72,9 @@ def drain(world: World, session: Session, deadline: float | None) -> Process:
     summary.stopped = yield from work(world, session, Sizer(None, world.model.concurrency),
                                       deadline, summary)
     yield from session.sql()  # archive
-    yield from session.sql()  # next_due
-    due = world.table.next_due(sim.now)
-    summary.next_due = None if due is None else world.day.at(due)
+    yield from session.sql()  # next_due, with its sources
+    summary.next_due, summary.next_run_at, summary.next_lease_end = (
+        None if t is None else world.day.at(t) for t in world.table.due(sim.now))
     summary.seconds = sim.now - began
     return summary
 
@@ -241,7 +242,7 @@ class Ours(Strategy):
     backstop: bool = True  # off: the kicks and wake-ups alone, to see what the backstop costs
 
     def __post_init__(self) -> None:
-        self.armed: set[float] = set()
+        self.group: dict[str, object] = {}  # the schedule group: wake-up name -> its token
         self.last_kick = float("-inf")
         self.trailing = False  # a folded kick is due when the interval ends
 
@@ -293,19 +294,24 @@ class Ours(Strategy):
         if decision.action == "continue":
             self.invoke(world, depth + 1)
         elif decision.action == "wake":
-            self.arm(world, day.seconds_of(decision.at))
+            self.arm(world, decision)
+        for name in schedule.stale(list(self.group), decision):  # drainer.aws.schedule.prune
+            del self.group[name]
 
-    def arm(self, world: World, at: float) -> None:
-        """A one-time schedule for the minute `at`; runs arming the same minute share it."""
-        if at in self.armed:
+    def arm(self, world: World, decision: Next) -> None:
+        """`drainer.aws.schedule.arm`: a one-time schedule named by its kind and minute;
+        runs arming the same name share it, and one deleted before its minute never fires."""
+        name = schedule.name_for(decision.at, lease=decision.lease)
+        if name in self.group:
             return
-        self.armed.add(at)
+        token = self.group[name] = object()
 
         def fire() -> None:
-            self.armed.discard(at)
-            self.invoke(world, 0)
+            if self.group.get(name) is token:
+                del self.group[name]
+                self.invoke(world, 0)
 
-        world.sim.call_at(at, fire)
+        world.sim.call_at(world.day.seconds_of(decision.at), fire)
 
 
 def strategies() -> list[Strategy]:

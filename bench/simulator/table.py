@@ -4,7 +4,7 @@ to a row, on the simulated clock (which plays the database clock).
 Kept to the contract's rules: ready is queued with run_at <= now, oldest run_at
 first; a failure retries after least(1 hour, 10 s * 2^attempts) or fails for good
 at max_attempts; release gives the attempt back; next_due is the earliest queued
-run_at or running lease end, clamped to now. tests/test_simulate.py checks the
+run_at or running lease end, clamped to now (with both sources). tests/test_simulate.py checks the
 backoff against the database's own.
 """
 
@@ -88,10 +88,12 @@ class Table:
             row.attempts -= 1
             self._stop(row, "queued")
 
-    def next_due(self, now: float) -> float | None:
-        leases = [r.locked_until for r in self._running.values()]
-        due = min(leases + [self._ready[0][0]] if self._ready else leases, default=None)
-        return None if due is None else max(due, now)
+    def due(self, now: float) -> tuple[float | None, float | None, float | None]:
+        """`drainer.queue.due`: (next_due, earliest queued run_at, earliest lease end)."""
+        run_at = self._ready[0][0] if self._ready else None
+        lease_end = min((r.locked_until for r in self._running.values()), default=None)
+        due = min((t for t in (run_at, lease_end) if t is not None), default=None)
+        return None if due is None else max(due, now), run_at, lease_end
 
     def _stop(self, row: Row, status: str) -> None:
         del self._running[row.id]

@@ -1,6 +1,7 @@
 """The Lambda function's run: recognise the trigger, drain within the function's
 remaining time, then act on `drainer.wake.after_run`: continue in a fresh
-invocation, wait a few seconds and drain again, arm a wake-up, or stop.
+invocation, wait a few seconds and drain again, arm a wake-up, or stop; a run that
+stops deletes the lease wake-ups its end makes stale.
 
 Every connection is closed before a wait and before returning, so the database
 sees no session from the function between runs and can suspend.
@@ -108,12 +109,13 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
         clock.sleep((decision.at - now).total_seconds())
     total = replace(total, seconds=clock.monotonic() - began)
     outcome = _act(decision, trigger, context, settings, total)
+    pruned = _prune(decision, settings)
     print(logs.metric_line(total, namespace=settings.namespace, function=context.function_name,
                            trigger=trigger.kind, depth=trigger.depth, next=decision.action,
                            outcome=outcome), flush=True)
     return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
             "next": decision.action, "at": decision.at.isoformat() if decision.at else None,
-            "outcome": outcome}
+            "lease": decision.lease, "outcome": outcome, "pruned": pruned}
 
 
 def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
@@ -143,7 +145,7 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
         else:
             created = schedule.arm(decision.at, target_arn=context.invoked_function_arn,
                                    role_arn=settings.scheduler_role_arn,
-                                   group=settings.schedule_group)
+                                   group=settings.schedule_group, lease=decision.lease)
             outcome = "armed" if created else "already armed"
     except (BotoCoreError, ClientError) as exc:
         log.error("could not %s: %s; the backstop schedule will drain what is left",
@@ -151,5 +153,25 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
         return "failed"
     log.info("%s (%s)", outcome, decision.at.isoformat() if decision.at else "now",
              extra={"data": {"event": outcome.replace(" ", "_"), "at": decision.at,
+                             "lease": decision.lease,
                              "depth": trigger.depth + (decision.action == "continue")}})
     return outcome
+
+
+def _prune(decision: Next, settings: Settings) -> list[str]:
+    """Delete the lease wake-ups that the run's end makes stale; returns their names.
+    A failure is logged, not raised: a stale wake-up costs one run that finds nothing."""
+    if not (decision.stops and settings.schedule_group):
+        return []
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        pruned = schedule.prune(decision, group=settings.schedule_group)
+    except (BotoCoreError, ClientError) as exc:
+        log.error("could not delete stale lease wake-ups: %s", exc,
+                  extra={"data": {"event": "prune_failed"}})
+        return []
+    if pruned:
+        log.info("deleted %d stale lease wake-ups", len(pruned),
+                 extra={"data": {"event": "pruned", "names": pruned}})
+    return pruned

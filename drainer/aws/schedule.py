@@ -4,15 +4,20 @@ job becomes due, so nothing polls the database while it could be suspended.
 A wake-up lives in the function's own schedule group and is named after its
 minute (`wake-20261202T1201Z`): runs that arm the same minute concurrently collide
 on ConflictException instead of adding one each, and the schedule deletes itself
-once it has fired (ActionAfterCompletion=DELETE). moto checks neither names nor
-expressions, so they are checked here against the service's own patterns.
+once it has fired (ActionAfterCompletion=DELETE). A wake-up for a running job's
+lease end is named `lease-20261202T1201Z`: it is needed only if the holder dies,
+so a run that learns it is stale (`drainer.wake.Next.stale`) deletes it; wake-ups
+for queued jobs are never deleted. moto checks neither names nor expressions, so
+they are checked here against the service's own patterns.
 """
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from ..errors import ConfigError
+from ..wake import Next
 from . import clients, events
 
 NAME = re.compile(r"[0-9a-zA-Z\-_.]{1,64}")  # Name and ScheduleGroupName
@@ -23,8 +28,25 @@ ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+")
 RETRY = {"MaximumRetryAttempts": 3, "MaximumEventAgeInSeconds": 600}
 
 
-def name_for(at: datetime) -> str:
-    return "wake-" + _utc(at).strftime("%Y%m%dT%H%MZ")
+WAKE, LEASE = "wake-", "lease-"  # name prefixes: a queued job's run_at, a lease end
+MINUTE = "%Y%m%dT%H%MZ"
+
+
+def name_for(at: datetime, *, lease: bool = False) -> str:
+    return (LEASE if lease else WAKE) + _utc(at).strftime(MINUTE)
+
+
+def stale(names: Iterable[str], decision: Next) -> list[str]:
+    """The lease wake-ups among `names` that `decision` says are no longer needed."""
+    found = []
+    for name in names:
+        try:
+            minute = datetime.strptime(name.removeprefix(LEASE), MINUTE).replace(tzinfo=UTC)
+        except ValueError:
+            continue  # not a lease wake-up of ours
+        if name.startswith(LEASE) and decision.stale(minute):
+            found.append(name)
+    return found
 
 
 def expression_for(at: datetime) -> str:
@@ -44,13 +66,15 @@ def _check(kind: str, pattern: re.Pattern[str], value: str) -> str:
     return value
 
 
-def arm(at: datetime, *, target_arn: str, role_arn: str, group: str) -> bool:
-    """Schedule one invocation of `target_arn` at the minute `at`; True when this
-    call created it, False when another run had armed that minute already."""
+def arm(at: datetime, *, target_arn: str, role_arn: str, group: str,
+        lease: bool = False) -> bool:
+    """Schedule one invocation of `target_arn` at the minute `at` (for a lease end
+    with `lease`); True when this call created it, False when another run had armed
+    that minute already."""
     from botocore.exceptions import ClientError
 
     request = {
-        "Name": _check("schedule name", NAME, name_for(at)),
+        "Name": _check("schedule name", NAME, name_for(at, lease=lease)),
         "GroupName": _check("schedule group (DRAINER_SCHEDULE_GROUP)", NAME, group),
         "ScheduleExpression": _check("schedule expression", AT, expression_for(at)),
         "ScheduleExpressionTimezone": "UTC",
@@ -70,3 +94,22 @@ def arm(at: datetime, *, target_arn: str, role_arn: str, group: str) -> bool:
             return False
         raise
     return True
+
+
+def prune(decision: Next, *, group: str) -> list[str]:
+    """Delete the lease wake-ups of `group` that `decision` makes stale; returns their
+    names. One that is gone already (fired, or deleted by a concurrent run) is fine."""
+    from botocore.exceptions import ClientError
+
+    if not decision.stops:
+        return []  # the run drains again and decides then
+    client = clients.get("scheduler")
+    pages = client.get_paginator("list_schedules").paginate(GroupName=group, NamePrefix=LEASE)
+    names = stale((s["Name"] for page in pages for s in page["Schedules"]), decision)
+    for name in names:
+        try:
+            client.delete_schedule(GroupName=group, Name=name)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+    return names

@@ -152,19 +152,23 @@ WHERE id IN (
 -- name: next_due
 -- The earliest moment more work of these queues becomes ready: a queued job's
 -- run_at or a running job's lease end, clamped to now() when work is ready already,
--- NULL when nothing is left.
-SELECT CASE WHEN due IS NULL THEN NULL ELSE greatest(due, coalesce(%(now)s, now())) END
-FROM (SELECT least(
+-- NULL when nothing is left; then its two sources, the earliest queued run_at and the
+-- earliest lease end (a lease end matters only if its holder died: the wake-ups tell
+-- them apart).
+SELECT CASE WHEN least(queued, leased) IS NULL THEN NULL
+            ELSE greatest(least(queued, leased), coalesce(%(now)s, now())) END,
+       queued, leased
+FROM (SELECT
         (SELECT min(r.run_at)
          FROM unnest(%(queues)s::text[]) AS q(name)
          CROSS JOIN LATERAL (
            SELECT run_at FROM jobs
            WHERE queue = q.name AND status = 'queued'
            ORDER BY run_at LIMIT 1
-         ) AS r),
+         ) AS r) AS queued,
         (SELECT min(locked_until) FROM jobs
-         WHERE status = 'running' AND queue = ANY(%(queues)s::text[]))
-      ) AS due) AS d;
+         WHERE status = 'running' AND queue = ANY(%(queues)s::text[])) AS leased
+      ) AS d;
 
 -- name: enqueue
 INSERT INTO jobs (queue, payload, run_at, max_attempts)

@@ -7,6 +7,7 @@ import pytest
 from drainer import errors
 from drainer.aws import events, schedule
 from drainer.aws.events import Trigger
+from drainer.wake import Next
 from tests.aws.conftest import FUNCTION_ARN, GROUP, ROLE_ARN
 
 
@@ -42,6 +43,18 @@ def test_a_wake_up_is_named_and_timed_by_its_utc_minute():
     assert schedule.AT.fullmatch(schedule.expression_for(at))
     with pytest.raises(ValueError, match="time zone"):
         schedule.name_for(datetime(2026, 12, 2, 12, 1))
+    assert schedule.name_for(at, lease=True) == "lease-20261202T1201Z"
+    assert schedule.NAME.fullmatch(schedule.name_for(at, lease=True))
+
+
+def test_only_stale_lease_wake_ups_of_ours_are_picked_for_deletion():
+    names = ["lease-20261202T1201Z", "lease-20261202T1204Z", "wake-20261202T1201Z",
+             "lease-mine", "lease-20261202T1201Zx", "nightly"]
+    decision = Next("wake", datetime(2026, 12, 2, 12, 2, tzinfo=UTC),
+                    leases_from=datetime(2026, 12, 2, 12, 4, tzinfo=UTC))
+    assert schedule.stale(names, decision) == ["lease-20261202T1201Z"]
+    assert schedule.stale(names, Next("none")) == ["lease-20261202T1201Z",
+                                                   "lease-20261202T1204Z"]
 
 
 @pytest.mark.parametrize("group, role, text", [

@@ -2,13 +2,15 @@
 
 import json
 import threading
+from datetime import timedelta
 
 import boto3
 import psycopg
 import pytest
+from botocore.stub import Stubber
 
-from drainer import clock, enqueue, enqueue_many, errors, schema
-from drainer.aws import events, schedule
+from drainer import cancel, claim, clock, complete, enqueue, enqueue_many, errors, schema
+from drainer.aws import clients, events, schedule
 from drainer.wake import ceil_minute
 from handlers.aws_lambda import handler
 from tests.aws.conftest import FUNCTION_ARN, GROUP, REGION, ROLE_ARN, FakeContext
@@ -141,6 +143,47 @@ def test_concurrent_runs_arming_the_same_minute_create_one_schedule(function_env
                     FakeContext(60))
     assert later["outcome"] == "already armed"  # ConflictException: nothing added
     assert len(scheduler().list_schedules(GroupName=GROUP)["Schedules"]) == 1
+
+
+def schedule_names() -> set[str]:
+    return {s["Name"] for s in scheduler().list_schedules(GroupName=GROUP)["Schedules"]}
+
+
+def test_a_sibling_s_lease_end_gets_a_lease_wake_up_deleted_once_stale(function_env, conn,
+                                                                        wake_group):
+    enqueue(conn, "aws", {})
+    [held] = claim(conn, ["aws"], 1, timedelta(minutes=5))  # a sibling run holds it
+    lease_end = conn.execute("SELECT locked_until FROM jobs").fetchone()[0]
+    lease_wake_up = schedule.name_for(ceil_minute(lease_end), lease=True)
+    first = handler({"source": "drainer.cron"}, FakeContext(60))
+    assert (first["next"], first["lease"], first["outcome"]) == ("wake", True, "armed")
+    assert schedule_names() == {lease_wake_up}
+    # While the lease is held (its holder may die), a run keeps its wake-up.
+    again = handler({"source": "drainer.cron"}, FakeContext(60))
+    assert (again["outcome"], again["pruned"]) == ("already armed", [])
+    assert complete(conn, [held]) == {held.id}  # the holder finishes
+    job = enqueue(conn, "aws", {}, delay=600)
+    run_at = conn.execute("SELECT run_at FROM jobs WHERE id = %s", [job]).fetchone()[0]
+    last = handler({"source": "drainer.cron"}, FakeContext(60))
+    assert (last["next"], last["lease"], last["pruned"]) == ("wake", False, [lease_wake_up])
+    assert schedule_names() == {schedule.name_for(ceil_minute(run_at))}
+    cancel(conn, [job])  # nothing left: a due wake-up is never deleted
+    assert handler({"source": "drainer.cron"}, FakeContext(60))["next"] == "none"
+    assert schedule_names() == {schedule.name_for(ceil_minute(run_at))}
+
+
+def test_a_failed_deletion_of_stale_wake_ups_is_logged_and_the_run_succeeds(
+        function_env, conn, monkeypatch, capsys):
+    client = boto3.client("scheduler", region_name=REGION)
+    stubber = Stubber(client)
+    stubber.add_client_error("list_schedules", "ThrottlingException", http_status_code=400)
+    real = clients.get
+    monkeypatch.setattr(clients, "get", lambda s: client if s == "scheduler" else real(s))
+    with stubber:
+        result = handler({"source": "drainer.cron"}, FakeContext(60))
+    stubber.assert_no_pending_responses()  # it did try
+    assert (result["next"], result["pruned"]) == ("none", [])
+    assert any(line.get("event") == "prune_failed" for line in stdout_lines(capsys))
 
 
 def test_without_a_wake_up_configuration_the_backstop_is_left_to_run_it(function_env, conn,
