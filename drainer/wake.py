@@ -70,8 +70,11 @@ def after_run(
         return Next("none", leases_from=leases_from)
     lease = lease_end is not None and (summary.next_run_at is None
                                        or lease_end < summary.next_run_at)
-    # Wait in the run only for a queued job: a live holder extends its lease or
-    # finishes, so waiting for a lease end would most likely be for nothing.
-    if not lease and due - now <= SOON and remaining > due - now:
+    # Wait in the run only for a queued job (a live holder extends its lease or
+    # finishes, so waiting for a lease end would most likely be for nothing), and
+    # only after a drain that claimed something: one that found nothing lost the
+    # race to a sibling, and in a burst every run would wait for the same job. It
+    # arms the wake-up instead, whose name dedupes across runs.
+    if not lease and summary.claimed and due - now <= SOON and remaining > due - now:
         return Next("wait", due)
     return Next("wake", ceil_minute(due), lease=lease, leases_from=leases_from)

@@ -15,39 +15,46 @@ def minute(m: int) -> datetime:
     return datetime(2026, 12, 2, 12, m, tzinfo=UTC)
 
 
-def summary(run_at: datetime | None, lease_end: datetime | None) -> Summary:
+def summary(run_at: datetime | None, lease_end: datetime | None, claimed: int) -> Summary:
     """A drain's summary as `drainer.run.drain` fills it from `queue.due`."""
     due = min((t for t in (run_at, lease_end) if t is not None), default=None)
-    return Summary(claimed=1, next_due=None if due is None else max(due, NOW),
+    return Summary(claimed=claimed, next_due=None if due is None else max(due, NOW),
                    next_run_at=run_at, next_lease_end=lease_end,
                    stopped="deadline" if due == NOW else "empty")
 
 
-@pytest.mark.parametrize("run_at, lease_end, depth, remaining, expected", [
-    (None, None, 0, 600 * S, Next("none")),
-    (NOW, None, 0, 600 * S, Next("continue")),
-    (NOW, None, 3, 600 * S, Next("none")),  # at the depth limit the backstop takes over
-    (NOW + 20 * S, None, 0, 600 * S, Next("wait", NOW + 20 * S)),
-    (NOW + 20 * S, None, 0, 10 * S, Next("wake", minute(1))),
-    (NOW + 160 * S, None, 0, 600 * S, Next("wake", minute(4))),
+@pytest.mark.parametrize("run_at, lease_end, claimed, depth, remaining, expected", [
+    (None, None, 1, 0, 600 * S, Next("none")),
+    (NOW, None, 1, 0, 600 * S, Next("continue")),
+    (NOW, None, 1, 3, 600 * S, Next("none")),  # at the depth limit the backstop takes over
+    (NOW + 20 * S, None, 1, 0, 600 * S, Next("wait", NOW + 20 * S)),
+    (NOW + 20 * S, None, 1, 0, 10 * S, Next("wake", minute(1))),
+    (NOW + 160 * S, None, 1, 0, 600 * S, Next("wake", minute(4))),
     # Another run's lease end: a wake-up of its own kind, never waited for (a live
     # holder extends or finishes), and stale once that lease is gone.
-    (None, NOW + 160 * S, 0, 600 * S, Next("wake", minute(4), lease=True,
+    (None, NOW + 160 * S, 1, 0, 600 * S, Next("wake", minute(4), lease=True,
                                            leases_from=minute(4))),
-    (None, NOW + 20 * S, 0, 600 * S, Next("wake", minute(1), lease=True,
+    (None, NOW + 20 * S, 1, 0, 600 * S, Next("wake", minute(1), lease=True,
                                           leases_from=minute(1))),
-    (NOW + 400 * S, NOW + 160 * S, 0, 600 * S, Next("wake", minute(4), lease=True,
+    (NOW + 400 * S, NOW + 160 * S, 1, 0, 600 * S, Next("wake", minute(4), lease=True,
                                                     leases_from=minute(4))),
-    (NOW + 160 * S, NOW + 400 * S, 0, 600 * S, Next("wake", minute(4),
+    (NOW + 160 * S, NOW + 400 * S, 1, 0, 600 * S, Next("wake", minute(4),
                                                     leases_from=minute(8))),
     # A tie is the queued job's: a due wake-up, which nobody deletes.
-    (NOW + 160 * S, NOW + 160 * S, 0, 600 * S, Next("wake", minute(4),
+    (NOW + 160 * S, NOW + 160 * S, 1, 0, 600 * S, Next("wake", minute(4),
                                                     leases_from=minute(4))),
-    (NOW + 20 * S, NOW + 400 * S, 0, 600 * S, Next("wait", NOW + 20 * S)),
-    (NOW, NOW + 160 * S, 3, 600 * S, Next("none", leases_from=minute(4))),
+    (NOW + 20 * S, NOW + 400 * S, 1, 0, 600 * S, Next("wait", NOW + 20 * S)),
+    (NOW, NOW + 160 * S, 1, 3, 600 * S, Next("none", leases_from=minute(4))),
+    # A drain that claimed nothing lost its race to a sibling: it arms the wake-up
+    # (shared by name) rather than wait, so concurrent runs do not all wait.
+    (NOW + 20 * S, None, 0, 0, 600 * S, Next("wake", minute(1))),
+    (NOW + 20 * S, NOW + 400 * S, 0, 0, 600 * S, Next("wake", minute(1),
+                                                      leases_from=minute(8))),
+    (NOW, None, 0, 0, 600 * S, Next("continue")),  # all released at the deadline
+    (None, None, 0, 0, 600 * S, Next("none")),
 ])
-def test_after_run(run_at, lease_end, depth, remaining, expected):
-    assert after_run(summary(run_at, lease_end), now=NOW, depth=depth, max_depth=3,
+def test_after_run(run_at, lease_end, claimed, depth, remaining, expected):
+    assert after_run(summary(run_at, lease_end, claimed), now=NOW, depth=depth, max_depth=3,
                      remaining=remaining) == expected
 
 

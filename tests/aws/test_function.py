@@ -58,6 +58,7 @@ def test_a_scheduled_or_kicked_run_drains_and_leaves_no_session(function_env, co
 
 def test_work_due_within_the_minute_is_waited_for_with_no_session_open(function_env, conn,
                                                                        capsys, monkeypatch):
+    enqueue(conn, "aws", {})
     enqueue(conn, "aws", {}, delay=2.5)
     seen = []
     original = clock.sleep
@@ -68,9 +69,20 @@ def test_work_due_within_the_minute_is_waited_for_with_no_session_open(function_
 
     monkeypatch.setattr(clock, "sleep", sleep)
     result = handler({"source": "drainer.cron"}, FakeContext(120))
-    assert (result["done"], result["next"]) == (1, "none")
+    assert (result["done"], result["next"]) == (2, "none")
     assert seen == [0]
     assert any(line.get("event") == "wait" for line in stdout_lines(capsys))
+
+
+def test_a_run_that_claimed_nothing_arms_a_wake_up_instead_of_waiting(function_env, conn,
+                                                                      monkeypatch, wake_group):
+    # Its siblings took the ready work: waiting would have it wait with them.
+    job = enqueue(conn, "aws", {}, delay=30)
+    run_at = conn.execute("SELECT run_at FROM jobs WHERE id = %s", [job]).fetchone()[0]
+    monkeypatch.setattr(clock, "sleep", lambda seconds: pytest.fail("it waited"))
+    result = handler({"source": "drainer.cron"}, FakeContext(120))
+    assert (result["claimed"], result["next"], result["outcome"]) == (0, "wake", "armed")
+    assert result["at"] == ceil_minute(run_at).isoformat()
 
 
 def test_a_run_cut_by_its_deadline_continues_itself_until_the_maximum_depth(
