@@ -1,7 +1,9 @@
 """The scale-to-zero simulator (bench/simulate.py) on tiny days: properties of the
 model that a regression would break, and its backoff against the database's."""
 
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -10,10 +12,11 @@ from bench.simulate import main
 from bench.simulator.day import parse
 from bench.simulator.engine import Flag, Sim, Wait
 from bench.simulator.metrics import ideal, percentile, replay
-from bench.simulator.strategies import Cron, Listen, Ours, Poll, strategies
+from bench.simulator.strategies import BACKSTOP_MINUTES, Cron, Listen, Ours, Poll, strategies
 from bench.simulator.table import backoff
 from drainer import queue
 
+ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 5  # minutes
 QUIET = {"hours": 3}
 BURST = {  # one burst, shorter than an hour so no backstop tick falls in it
@@ -31,11 +34,17 @@ def test_polling_every_second_keeps_the_compute_awake_all_day():
 
 def test_a_quiet_day_costs_ours_nothing_but_its_backstop():
     day = parse(QUIET)
-    assert replay(day, TIMEOUT, Ours(backstop=False)).awake_hours == 0
+    assert replay(day, TIMEOUT, Ours(backstop=None)).awake_hours == 0
     result = replay(day, TIMEOUT, Ours())  # backstop ticks at 1 h and 2 h
     assert result.resumes == result.invocations == 2
     # each tick: resume + connect + 4 statements, then the suspend timeout
     assert result.awake_hours * 3600 == pytest.approx(2 * (60 * TIMEOUT + 1.04), abs=0.1)
+
+
+def test_ours_backstop_is_the_template_s_default():
+    template = (ROOT / "infra" / "template.yaml").read_text()
+    assert re.search(r"BackstopRate:\n(?:    .*\n)*?    Default: rate\((\d+) hours?\)",
+                     template)[1] == f"{BACKSTOP_MINUTES / 60:g}"
 
 
 def test_a_cron_drain_resumes_the_compute_on_every_tick_of_a_quiet_day():

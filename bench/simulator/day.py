@@ -33,7 +33,6 @@ class Model:
     concurrency: int = 1  # handler threads per drain or worker
     invoke: float = 0.3  # from an asynchronous Lambda invoke to the handler running
     function_timeout: float = 900.0
-    backstop_minutes: float = 60.0
     # The function's own defaults (drainer.aws): kept back from its remaining time,
     # continuations in a row, and a producer process's kick coalescing interval.
     margin: float = next(f.default for f in fields(Settings) if f.name == "margin")

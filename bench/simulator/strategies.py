@@ -19,6 +19,8 @@ from .day import Day
 from .engine import Flag, Process, Sim, Wait
 from .table import Row, Table
 
+BACKSTOP_MINUTES = 60.0  # infra/template.yaml's default BackstopRate, rate(1 hour)
+
 
 class World:
     """One strategy's replay of the day: its compute, its table and the producer."""
@@ -239,7 +241,9 @@ class Ours(Strategy):
     arms itself, and by a backstop schedule; after each drain `after_run` decides
     whether to stop, wait in the run, continue in a fresh invocation or arm a wake-up."""
 
-    backstop: bool = True  # off: the kicks and wake-ups alone, to see what the backstop costs
+    # Minutes between backstop ticks (infra/template.yaml's default BackstopRate); None:
+    # the kicks and wake-ups alone, to see what the backstop costs.
+    backstop: float | None = BACKSTOP_MINUTES
 
     def __post_init__(self) -> None:
         self.group: dict[str, object] = {}  # the schedule group: wake-up name -> its token
@@ -248,14 +252,20 @@ class Ours(Strategy):
 
     @property
     def name(self) -> str:
-        return "ours: kick + wake-on-due + backstop" if self.backstop else "ours, backstop off"
+        if self.backstop is None:
+            return "ours, no backstop"
+        every = f"{self.backstop / 60:g} h" if self.backstop >= 60 else f"{self.backstop:g} min"
+        if self.backstop == BACKSTOP_MINUTES:
+            return f"ours: kick + wake-on-due + backstop {every}"
+        return f"ours, backstop {every}"
 
     def start(self, world: World) -> None:
-        every = 60 * world.model.backstop_minutes
-        tick = every  # a rate schedule fires one period after it is created
-        while self.backstop and tick < world.day.seconds:
+        if self.backstop is None:
+            return
+        tick = 60 * self.backstop  # a rate schedule fires one period after it is created
+        while tick < world.day.seconds:
             world.sim.call_at(tick, lambda: self.invoke(world, 0))
-            tick += every
+            tick += 60 * self.backstop
 
     def committed(self, world: World, rows: list[Row]) -> None:
         """`drainer.aws.kick.Kicker` in one producer process: a kick now, or, within the
@@ -317,5 +327,5 @@ class Ours(Strategy):
 def strategies() -> list[Strategy]:
     """The issue's line-up, in the table's order."""
     return [Poll(1), Poll(60), Listen(300), Cron(300), Cron(900), Cron(3600), Ours(),
-            Ours(backstop=False)]
+            Ours(backstop=360), Ours(backstop=None)]
 
