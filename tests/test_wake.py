@@ -33,16 +33,16 @@ def summary(run_at: datetime | None, lease_end: datetime | None, claimed: int) -
     # Another run's lease end: a wake-up of its own kind, never waited for (a live
     # holder extends or finishes), and stale once that lease is gone.
     (None, NOW + 160 * S, 1, 0, 600 * S, Next("wake", minute(4), lease=True,
-                                           leases_from=minute(4))),
+                                              leases_from=minute(4))),
     (None, NOW + 20 * S, 1, 0, 600 * S, Next("wake", minute(1), lease=True,
-                                          leases_from=minute(1))),
+                                             leases_from=minute(1))),
     (NOW + 400 * S, NOW + 160 * S, 1, 0, 600 * S, Next("wake", minute(4), lease=True,
-                                                    leases_from=minute(4))),
+                                                       leases_from=minute(4))),
     (NOW + 160 * S, NOW + 400 * S, 1, 0, 600 * S, Next("wake", minute(4),
-                                                    leases_from=minute(8))),
+                                                       leases_from=minute(8))),
     # A tie is the queued job's: a due wake-up, which nobody deletes.
     (NOW + 160 * S, NOW + 160 * S, 1, 0, 600 * S, Next("wake", minute(4),
-                                                    leases_from=minute(4))),
+                                                       leases_from=minute(4))),
     (NOW + 20 * S, NOW + 400 * S, 1, 0, 600 * S, Next("wait", NOW + 20 * S)),
     (NOW, NOW + 160 * S, 1, 3, 600 * S, Next("none", leases_from=minute(4))),
     # A drain that claimed nothing lost its race to a sibling: it arms the wake-up
