@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
-from . import __version__, clock, config, doctor, queue, report, schema, worker
+from . import __version__, clock, config, doctor, queue, schema, worker
 from .config import (
     env_name,
     flag,
@@ -327,6 +327,8 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
+    from . import report  # only this command needs it: a drain starts without it
+
     with _open(args) as conn:
         data = report.stats(conn)
     if args.json:

@@ -48,10 +48,12 @@ SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
 -- overall are taken. Rows locked but not taken are released at once by the commit.
 -- queue.claim() writes %(limit)s as a literal (see there); the update finds the taken
 -- rows through the primary key whatever the table's size, and they are returned oldest
--- first.
+-- first. The planner cannot see how many names an array parameter holds and guesses
+-- 10; the no-op LIMIT makes it guess 1 (a tenth), or the plan it prepares looks ten
+-- times dearer than a fresh one on a big table, and every claim is planned again.
 WITH next AS (
   SELECT c.id
-  FROM unnest(%(queues)s::text[]) AS q(name)
+  FROM (SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[])) AS q(name)
   CROSS JOIN LATERAL (
     SELECT id, run_at FROM jobs
     WHERE queue = q.name AND status = 'queued' AND run_at <= coalesce(%(now)s, now())
