@@ -26,8 +26,6 @@ ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+")
 # Scheduler retries a delivery that failed (say, a throttled invoke) for a little
 # while; the backstop schedule covers anything older.
 RETRY = {"MaximumRetryAttempts": 3, "MaximumEventAgeInSeconds": 600}
-
-
 WAKE, LEASE = "wake-", "lease-"  # name prefixes: a queued job's run_at, a lease end
 MINUTE = "%Y%m%dT%H%MZ"
 
@@ -39,12 +37,12 @@ def name_for(at: datetime, *, lease: bool = False) -> str:
 def stale(names: Iterable[str], decision: Next) -> list[str]:
     """The lease wake-ups among `names` that `decision` says are no longer needed."""
     found = []
-    for name in names:
+    for name in (n for n in names if n.startswith(LEASE)):
         try:
             minute = datetime.strptime(name.removeprefix(LEASE), MINUTE).replace(tzinfo=UTC)
         except ValueError:
-            continue  # not a lease wake-up of ours
-        if name.startswith(LEASE) and decision.stale(minute):
+            continue  # someone else's schedule in the group: not ours to delete
+        if decision.stale(minute):
             found.append(name)
     return found
 

@@ -2,13 +2,15 @@
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from drainer import errors
-from drainer.aws import events, schedule
+from drainer.aws import clients, events, schedule
 from drainer.aws.events import Trigger
 from drainer.wake import Next
-from tests.aws.conftest import FUNCTION_ARN, GROUP, ROLE_ARN
+from tests.aws.conftest import FUNCTION_ARN, GROUP, REGION, ROLE_ARN
 
 
 @pytest.mark.parametrize("event, trigger", [
@@ -67,3 +69,21 @@ def test_names_the_service_would_refuse_are_configuration_errors(group, role, te
     with pytest.raises(errors.ConfigError, match=text):
         schedule.arm(datetime(2026, 12, 2, 12, 1, tzinfo=UTC), target_arn=FUNCTION_ARN,
                      role_arn=role, group=group)
+
+
+def test_a_stale_wake_up_gone_already_is_no_error(monkeypatch):
+    # Between the list and the delete it fired, or a concurrent run deleted it.
+    client = boto3.client("scheduler", region_name=REGION)
+    monkeypatch.setattr(clients, "get", lambda service: client)
+    with Stubber(client) as stubber:
+        stubber.add_response("list_schedules", {"Schedules": [
+            {"Name": "lease-20261202T1201Z"}, {"Name": "wake-20261202T1202Z"}]},
+            {"GroupName": GROUP, "NamePrefix": schedule.LEASE})
+        stubber.add_client_error("delete_schedule", "ResourceNotFoundException",
+                                 http_status_code=404,
+                                 expected_params={"GroupName": GROUP,
+                                                  "Name": "lease-20261202T1201Z"})
+        assert schedule.prune(Next("none"), group=GROUP) == ["lease-20261202T1201Z"]
+        stubber.assert_no_pending_responses()
+        assert schedule.prune(Next("continue"), group=GROUP) == []  # no call at all
+
