@@ -243,20 +243,22 @@ def test_bulk_enqueue_from_stdin_is_all_or_nothing(db_url, conn, lines, trailing
     pieces = data.split(b"\n")
     if pieces[-1] == b"":
         pieces.pop()  # what iterating over the stream yields
-    verdicts = [line_payload(raw) for raw in pieces]
+    # Blank lines carry no job and are skipped; line numbers still count them.
+    numbered = [(n, line_payload(raw)) for n, raw in enumerate(pieces, 1) if raw.strip()]
+    verdicts = [verdict for _, verdict in numbered]
     queue = fresh_queue()
 
     code, out, err = in_process("enqueue", queue, "--database-url", db_url, stdin=data)
 
     if all(valid for valid, _ in verdicts):
         assert code == 0, err
-        assert json.loads(out) == {"enqueued": len(pieces)}
+        assert json.loads(out) == {"enqueued": len(verdicts)}
         stored = [row[0] for row in conn.execute(
             "SELECT payload FROM jobs WHERE queue = %s ORDER BY id", (queue,))]
         assert len(stored) == len(verdicts)
         assert all(same(s, p) for s, (_, p) in zip(stored, verdicts, strict=True))
     else:
-        first_bad = next(i for i, (valid, _) in enumerate(verdicts, 1) if not valid)
+        first_bad = next(n for n, (valid, _) in numbered if not valid)
         assert f"stdin line {first_bad} " in refused(code, out, err)
         assert count(conn, f"queue = '{queue}'") == 0
 
