@@ -80,7 +80,8 @@ class Uninstallable(System):
 
 
 def test_a_competitor_that_cannot_be_installed_is_na_with_its_reason():
-    data = speed.measure_system(Uninstallable(server=None), speed.parse_args([]))
+    results = speed.measure_systems([Uninstallable(server=None)], speed.parse_args([]))
+    data = results["nowhere"]
     assert data == {"unavailable": "pip install nowhere==1: no matching distribution"}
     table = report.systems_table({"systems": {"nowhere": data}})
     assert "| nowhere | n/a" in table

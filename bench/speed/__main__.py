@@ -61,32 +61,55 @@ def repeat(runs: int, what: str, fn: Callable[[], object]) -> list:
     return values
 
 
-def measure_system(system: System, args: argparse.Namespace) -> dict:
+def prepare(system: System) -> str | None:
+    """Install the system's schema; the reason when it cannot run here."""
     try:
         system.prepare()
     except (venvs.Unavailable, OSError) as exc:
         log(f"{system.name}: n/a, {exc}")
-        return {"unavailable": str(exc)}
-    figures: dict = {}
-    for figure in system.figures:
-        try:
-            if figure == "cold_start":
-                figures[figure] = report.summary(repeat(
-                    args.runs, f"{system.name} cold start",
-                    lambda: round(measure.cold_start(system), 4)))
-                continue
-            kind, processes = figure.split("_")
-            jobs = args.sleep_jobs if kind == "sleep" else round(args.jobs * system.jobs_scale)
-            runs = repeat(args.runs, f"{system.name} {figure} ({jobs} jobs)",
-                          lambda k=kind, j=jobs, p=int(processes): measure.drain(system, k, j, p))
-            figures[figure] = report.summary([jobs / timed.seconds for timed, _ in runs])
-            if figure == "noop_1":
-                figures["rss"] = report.summary([timed.max_rss_mb for timed, _ in runs])
-                figures["statements"] = report.summary([per_job for _, per_job in runs])
-        except measure.Failed as exc:
-            log(f"{system.name} {figure}: n/a, {exc}")
-            figures[figure] = str(exc)
-    return {"figures": figures}
+        return str(exc)
+    return None
+
+
+def measure_once(system: System, figure: str, args: argparse.Namespace) -> dict[str, float]:
+    """One run of one figure (the 1-process no-op run also gives RSS and statements)."""
+    if figure == "cold_start":
+        return {figure: round(measure.cold_start(system), 4)}
+    kind, processes = figure.split("_")
+    jobs = args.sleep_jobs if kind == "sleep" else round(args.jobs * system.jobs_scale)
+    timed, per_job = measure.drain(system, kind, jobs, int(processes))
+    values = {figure: jobs / timed.seconds}
+    if figure == "noop_1":
+        values.update(rss=timed.max_rss_mb, statements=per_job)
+    return values
+
+
+def measure_systems(systems: list[System], args: argparse.Namespace) -> dict:
+    """Every figure of every system, run after run: each run goes through all the
+    systems, so a change of the machine's load between runs hits them all alike."""
+    results = {s.name: {"unavailable": reason} for s in systems if (reason := prepare(s))}
+    ready = [s for s in systems if s.name not in results]
+    values: dict[str, dict[str, list[float]]] = {s.name: {} for s in ready}
+    failed: dict[str, dict[str, str]] = {s.name: {} for s in ready}
+    for i in range(args.runs):
+        for system in ready:
+            for figure in system.figures:
+                if figure in failed[system.name]:
+                    continue
+                try:
+                    for key, value in measure_once(system, figure, args).items():
+                        values[system.name].setdefault(key, []).append(value)
+                except measure.Failed as exc:
+                    log(f"{system.name} {figure}: n/a, {exc}")
+                    failed[system.name][figure] = str(exc)
+                    continue
+                log(f"  run {i + 1}/{args.runs} {system.name} {figure}: "
+                    f"{values[system.name][figure][-1]:,.3f}")
+    for system in ready:
+        figures = {k: report.summary(v) for k, v in values[system.name].items()}
+        figures.update(failed[system.name])  # a figure that failed once is n/a
+        results[system.name] = {"figures": figures}
+    return {s.name: results[s.name] for s in systems}
 
 
 def measure_extras(server: pg.Server, args: argparse.Namespace) -> tuple[dict, dict]:
@@ -131,13 +154,10 @@ def run(args: argparse.Namespace) -> dict:
         results = {"meta": {"date": datetime.now(UTC).isoformat(timespec="seconds"),
                             "machine": machine(), "postgresql": server.version(),
                             "load_before": os.getloadavg(), "runs": args.runs,
-                            "jobs": args.jobs, "sleep_jobs": args.sleep_jobs},
-                   "systems": {}}
-        for system in all_systems(server, competitors=not args.no_competitors):
-            if args.only and system.name not in args.only:
-                continue
-            log(f"{system.name}")
-            results["systems"][system.name] = measure_system(system, args)
+                            "jobs": args.jobs, "sleep_jobs": args.sleep_jobs}}
+        chosen = [s for s in all_systems(server, competitors=not args.no_competitors)
+                  if not args.only or s.name in args.only]
+        results["systems"] = measure_systems(chosen, args)
         results["enqueue"], results["claim"] = measure_extras(server, args)
         results["meta"]["load_after"] = os.getloadavg()
     finally:
