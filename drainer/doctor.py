@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 
 from .errors import translated
+from .queue import claim_sql
 from .run import DEFAULT_LEASE
 from .sql import QUERIES
 
@@ -22,7 +23,8 @@ RECENT = 300.0  # an idle session that queried this recently resets the suspend 
 DEAD_MIN, DEAD_SHARE = 1000, 0.2  # dead tuples past both (share of live) need vacuum
 PLAN_MIN_ROWS = 1000  # below this a sequential scan is cheap and the planner is right
 DEFAULT_MAX_READY_AGE = 3600.0
-CLAIM_PROBE = {"limit": 10, "lease": DEFAULT_LEASE, "now": None}
+CLAIM_BATCH = 10
+CLAIM_PROBE = {"lease": DEFAULT_LEASE, "now": None}
 
 
 @dataclass
@@ -170,7 +172,8 @@ def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
             "scans the whole jobs table, done history included",
             ("" if valid is None else "DROP INDEX CONCURRENTLY jobs_ready_idx; then ") + create)]
     with translated():
-        [(plan,)] = conn.execute(QUERIES["explain"] + "\n" + QUERIES["claim"],
+        # The very statement a drain sends, its batch size written in.
+        [(plan,)] = conn.execute(QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH),
                                  {"queues": queues, **CLAIM_PROBE}).fetchall()
     scans = _scans(plan[0]["Plan"])
     if (rows or 0) < PLAN_MIN_ROWS or any("jobs_ready_idx" in s for s in scans):

@@ -174,11 +174,11 @@ def _claim(conn: psycopg.Connection, queues: Sequence[str], batch_size: int,
     # load must not lose the whole batch (nor crash every later drain).
     cursor.adapters.register_loader("jsonb", _PayloadLoader)
     params = {"queues": list(queues), "lease": lease, "now": now}
-    return _execute(cursor, _claim_sql(batch_size), params)
+    return _execute(cursor, claim_sql(batch_size), params)
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(limit: int) -> str:
+def claim_sql(limit: int) -> str:
     """The claim with its LIMIT written as a literal. As a parameter, the planner
     guesses a tenth of the table for it, so the prepared plan looks costly and every
     claim is planned afresh, which takes as long as running it at small batches; with
