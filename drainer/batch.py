@@ -57,7 +57,6 @@ class Outcome:
     unstarted: list[Job] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)  # jobs found taken over mid-run
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
-    busy_seconds: float = 0.0  # summed handler time, for the batch sizer
 
 
 class _Threads:
@@ -126,14 +125,13 @@ class Batch:
                 return job
             return None
 
-    def _finish(self, job: Job, error: str | None, seconds: float) -> bool:
+    def _finish(self, job: Job, error: str | None) -> bool:
         """Record a handler's result; False when it came after the job's timeout,
         so it changes nothing and this thread's place has gone to another."""
         with self.lock:
             if job.id in self.timed_out:
                 return False
             self.running.pop(job.id, None)
-            self.outcome.busy_seconds += seconds
             if job.id in self.outcome.lost:
                 return True  # no longer ours: its result must change nothing
             if error is None:
@@ -146,9 +144,7 @@ class Batch:
         written_off = False
         try:
             while not written_off and (job := self._next()) is not None:
-                began = clock.monotonic()
-                error = self._call(job)
-                written_off = not self._finish(job, error, clock.monotonic() - began)
+                written_off = not self._finish(job, self._call(job))
         finally:
             if not written_off:
                 with self.lock:

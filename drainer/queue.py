@@ -204,9 +204,7 @@ class _PayloadLoader(JsonbLoader):
 
 def complete(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
     """Mark jobs done; returns the ids that were still ours (the others are lost)."""
-    if not jobs:
-        return set()
-    return {row[0] for row in _run(conn, "complete", _pairs(jobs))}
+    return settle(conn, jobs, (), ()).done
 
 
 def fail(
@@ -219,14 +217,12 @@ def fail(
 
     Returns {id: new status} for the jobs that were still ours.
     """
-    if not failures:
-        return {}
-    return dict(_run(conn, "fail", _failures(failures, now)).fetchall())
+    return settle(conn, (), failures, (), now=now).failed
 
 
-def _failures(failures: Sequence[tuple[Job, str]], now: datetime | None = None) -> dict:
-    return {**_pairs([job for job, _ in failures]), "errors": [e for _, e in failures],
-            "now": now}
+def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
+    """Give back claimed jobs that never started, attempt included."""
+    return settle(conn, (), (), jobs).released
 
 
 def extend(
@@ -239,24 +235,23 @@ def extend(
     """Push the leases of running jobs forward; returns the ids still ours."""
     if not jobs:
         return set()
-    return {row[0] for row in _run(conn, "extend", {**_pairs(jobs), "lease": lease, "now": now})}
-
-
-def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
-    """Give back claimed jobs that never started, attempt included."""
-    if not jobs:
-        return set()
-    return {row[0] for row in _run(conn, "release", _pairs(jobs))}
+    return _ids(_run(conn, "extend", {**_pairs(jobs), "lease": lease, "now": now}))
 
 
 @dataclass
 class Settled:
-    """What writing a batch back found: the ids done and {id: new status} of the
-    failures (a job in neither was no longer ours), and the next batch."""
+    """What writing a batch back found: the ids done, {id: new status} of the
+    failures and the ids released that were still ours (a job in none was no longer
+    ours), and the next batch."""
 
     done: set[int]
     failed: dict[int, str]
+    released: set[int]
     claimed: list[Job]
+
+
+def _ids(cursor: psycopg.Cursor | None) -> set[int]:
+    return {row[0] for row in cursor.fetchall()} if cursor is not None else set()
 
 
 def settle(
@@ -266,19 +261,22 @@ def settle(
     unstarted: Sequence[Job],
     *,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    now: datetime | None = None,
 ) -> Settled:
     """Complete, fail and release a batch's jobs, and claim the next batch (queues,
     size, lease), in one round trip: the statements go out together in pipeline mode
-    and commit together, at once."""
+    and commit together, at once. Only the non-empty parts are sent."""
     with translated(), conn.pipeline():
         done = _run(conn, "complete", _pairs(succeeded)) if succeeded else None
-        failed = _run(conn, "fail", _failures(failures)) if failures else None
-        if unstarted:
-            _run(conn, "release", _pairs(unstarted))
+        params = {**_pairs([job for job, _ in failures]), "errors": [e for _, e in failures],
+                  "now": now}
+        failed = _run(conn, "fail", params) if failures else None
+        released = _run(conn, "release", _pairs(unstarted)) if unstarted else None
         claimed = _claim(conn, *claim_next) if claim_next else None
     return Settled(
-        done={row[0] for row in done.fetchall()} if done is not None else set(),
+        done=_ids(done),
         failed=dict(failed.fetchall()) if failed is not None else {},
+        released=_ids(released),
         claimed=[Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
 
