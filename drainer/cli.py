@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
+import psycopg
+
 from . import __version__, clock, config, doctor, queue, schema, worker
 from .config import (
     env_name,
@@ -31,7 +33,7 @@ from .config import (
 from .db import connect
 from .errors import BadInput, ConfigError, DrainerError, password_of, redact
 from .progress import Progress
-from .run import DEFAULT_ARCHIVE_AFTER, DEFAULT_LEASE, Options, drain
+from .run import DEFAULT_ARCHIVE_AFTER, DEFAULT_LEASE, Options, Summary, drain
 from .tasks import select
 
 PROCESS_START = clock.monotonic()
@@ -157,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, p in parsers.items():
         if name != "demo":
             _common(p)
-    for name in ("drain", "work", "archive", "demo"):
+    for name in ("drain", "work", "archive"):
         _drain_options(parsers[name])
     _work_options(parsers["work"])
     e = parsers["enqueue"]
@@ -245,14 +247,19 @@ def _options(args: argparse.Namespace, queues: list[str]) -> Options:
                    archive_after=timedelta(days=args.archive_after), deadline=_deadline(args))
 
 
+def _drain_with_progress(conn: psycopg.Connection, handlers: dict, options: Options
+                         ) -> Summary:
+    progress = Progress(sys.stderr)
+    summary = drain(conn, handlers, options, stop=_stop_on_signals(), on_batch=progress.update)
+    progress.finish(summary)
+    return summary
+
+
 def cmd_drain(args: argparse.Namespace) -> None:
     handlers, queues = _handlers(args)
     options = _options(args, queues)
-    stop = _stop_on_signals()
-    progress = Progress(sys.stderr)
     with _open(args) as conn:
-        summary = drain(conn, handlers, options, stop=stop, on_batch=progress.update)
-    progress.finish(summary)
+        summary = _drain_with_progress(conn, handlers, options)
     _emit(summary.as_json())
 
 
@@ -379,10 +386,14 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from . import demo
+    from . import demo, report
 
     with _open(args, force_embedded=True) as conn:
-        demo.run(conn, args, stop=_stop_on_signals())
+        handlers = demo.enqueue_samples(conn)
+        summary = _drain_with_progress(conn, handlers, demo.OPTIONS)
+        print(report.format_stats(report.stats(conn)))
+    print(demo.HINT, file=sys.stderr)
+    _emit(summary.as_json())
 
 
 RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": cmd_enqueue,
