@@ -9,7 +9,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 
 import psycopg
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_ARCHIVE_AFTER = timedelta(days=7)
+
+
+COUNTS = ("claimed", "done", "retried", "failed", "lost", "reaped", "archived")
 
 
 @dataclass
@@ -43,6 +46,11 @@ class Summary:
     # next_due's sources, for the wake-up decisions (drainer.wake); not in the JSON.
     next_run_at: datetime | None = None
     next_lease_end: datetime | None = None
+
+    def plus(self, later: "Summary") -> "Summary":
+        """`later` (its stop reason, next_due...) with this summary's counts added to its
+        own: the totals of a run made of several drains."""
+        return replace(later, **{n: getattr(self, n) + getattr(later, n) for n in COUNTS})
 
     def as_json(self) -> dict:
         data = asdict(self)

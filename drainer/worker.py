@@ -12,13 +12,14 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime
 
 import psycopg
 
 from . import clock
 from .errors import DatabaseUnavailable, translated
-from .run import Options, Summary, drain
+from .run import COUNTS, Options, Summary, drain
 from .sql import QUERIES
 from .tasks import Handler
 
@@ -28,7 +29,6 @@ LISTEN_NAME = "drainer-listen"  # application_name of the LISTEN session (see `d
 DEFAULT_POLL = 60.0
 MIN_WAIT = 0.5  # between drains that find ready work they cannot claim (rows locked elsewhere)
 SLICE = 0.25  # seconds between looks at the stop signal while waiting; sends nothing
-COUNTS = ("claimed", "done", "retried", "failed", "lost", "reaped", "archived")
 
 Opener = Callable[[], psycopg.Connection]
 
@@ -137,10 +137,7 @@ class Listener:
         self.conn = None
 
 
-def _add(total: Summary, summary: Summary) -> None:
-    for name in COUNTS:
-        setattr(total, name, getattr(total, name) + getattr(summary, name))
-    total.next_due = summary.next_due
+def _log(summary: Summary) -> None:
     if any(getattr(summary, name) for name in COUNTS):
         log.info("drained: %s", ", ".join(f"{getattr(summary, n)} {n}" for n in COUNTS))
 
@@ -190,7 +187,7 @@ def work(
     """
     began = clock.monotonic()
     stop = stop or threading.Event()
-    total = Summary(stopped="signal")
+    total = Summary()
     listener = Listener(listen, options.queues)  # before the first drain: nothing slips by
     conn: psycopg.Connection | None = None
     try:
@@ -199,9 +196,9 @@ def work(
             try:
                 summary = drain(conn, handlers, options, stop=stop,
                                 on_batch=lambda _s: listener.discard())
-                _add(total, summary)
+                _log(summary)
+                total = total.plus(summary)
                 if summary.stopped != "empty":
-                    total.stopped = summary.stopped
                     break
                 seconds = _wait_for(conn, summary.next_due, poll_interval)
             except DatabaseUnavailable as exc:
@@ -216,8 +213,9 @@ def work(
     finally:
         _close(conn)
         listener.close()
-    total.seconds = clock.monotonic() - began
-    return total
+    # Only a signal (or the deadline, reported by the drain) ends the loop.
+    stopped = "signal" if total.stopped == "empty" else total.stopped
+    return replace(total, stopped=stopped, seconds=clock.monotonic() - began)
 
 
 __all__ = ["DEFAULT_POLL", "LISTEN_NAME", "Listener", "work"]

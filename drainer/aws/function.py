@@ -79,11 +79,6 @@ def _deadline(context: Any, margin: float) -> float:
     return clock.monotonic() + left - margin
 
 
-def _add(total: Summary, summary: Summary) -> Summary:
-    """`summary` with the counts of the drains before it in this run added."""
-    return replace(summary, **{n: getattr(total, n) + getattr(summary, n) for n in logs.METRICS})
-
-
 def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
     handlers, queues = select(settings.tasks, settings.queues)
     began = clock.monotonic()
@@ -96,7 +91,7 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
         with _connect(settings) as conn:
             summary = drain(conn, handlers, settings.options(queues, deadline))
             now = queue.database_now(conn)
-        total = _add(total, summary)
+        total = total.plus(summary)
         left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
         decision = after_run(summary, now=now, depth=trigger.depth,
                              max_depth=settings.max_depth, remaining=left)

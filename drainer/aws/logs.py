@@ -8,9 +8,7 @@ import sys
 from datetime import datetime
 
 from .. import clock
-from ..run import Summary
-
-METRICS = ("claimed", "done", "failed", "retried", "reaped", "archived", "lost")
+from ..run import COUNTS, Summary
 
 
 def _text(value: object) -> str:
@@ -61,13 +59,13 @@ def setup(request_id: str | None) -> None:
 def metric_line(summary: Summary, *, namespace: str, function: str, **fields: object) -> str:
     """The run's EMF record: the counts and seconds as metrics under the
     FunctionName dimension, `fields` as searchable properties."""
-    metrics = [{"Name": name, "Unit": "Count"} for name in METRICS]
+    metrics = [{"Name": name, "Unit": "Count"} for name in COUNTS]
     metrics.append({"Name": "seconds", "Unit": "Seconds"})
     record = {
         "_aws": {"Timestamp": int(clock.wall() * 1000), "CloudWatchMetrics": [
             {"Namespace": namespace, "Dimensions": [["FunctionName"]], "Metrics": metrics}]},
         "FunctionName": function,
-        **{name: getattr(summary, name) for name in METRICS},
+        **{name: getattr(summary, name) for name in COUNTS},
         "seconds": round(summary.seconds, 3),
         **fields,
     }
