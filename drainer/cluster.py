@@ -35,7 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_as() -> str | None:
+def server_user() -> str | None:
+    """The user servers run as: None (ourselves) unless we are root, which PostgreSQL
+    and PgBouncer refuse; then SERVER_USER, created on first use."""
     if os.geteuid() != 0:
         return None
     try:
@@ -60,7 +62,7 @@ class Cluster:
         self.root = Path(tempfile.mkdtemp(prefix="drainer-pg-"))
         self.data = self.root / "data"
         self.port = free_port()
-        self.user = _run_as()
+        self.user = server_user()
         self.settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": str(self.port),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 
-from drainer.cluster import _run_as, free_port
+from drainer.cluster import free_port, server_user
 
 CANDIDATES = ("pgbouncer", "/usr/sbin/pgbouncer")
 
@@ -32,7 +32,7 @@ class PgBouncer:
         self.server_url = server_url
         self.root = Path(tempfile.mkdtemp(prefix="drainer-pgbouncer-"))
         self.port = free_port()
-        self.user = _run_as()
+        self.user = server_user()
         users = self.root / "users.txt"
         users.write_text(f'"{info.get("user", "postgres")}" ""\n')
         (self.root / "pgbouncer.ini").write_text(f"""\
