@@ -20,6 +20,8 @@ from .errors import BadInput, translated
 from .sql import QUERIES
 
 ARCHIVE_BATCH = 10_000
+# The table's column default (the seed's); the COPY path must write it explicitly.
+DEFAULT_MAX_ATTEMPTS = 5
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # \u0000, not an escaped backslash + u0000
 # One encoder for every payload: json.dumps with options builds a new one per call,
@@ -117,7 +119,7 @@ def enqueue(
     params = {
         "queue": check_queue(queue),
         "payload": encode_payload(payload),
-        "max_attempts": max_attempts,
+        "max_attempts": DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
         "now": now,
         **_when(run_at, delay),
     }
@@ -142,7 +144,7 @@ def enqueue_many(
     check_queue(queue)
     with translated(), conn.transaction():
         when = str(_run(conn, "db_time", {"now": now, **_when(run_at, delay)}).fetchone()[0])
-        attempts = 5 if max_attempts is None else max_attempts
+        attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         count = 0
         with conn.cursor().copy(QUERIES["copy_jobs"]) as copy:
             for payload in payloads:

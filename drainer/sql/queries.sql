@@ -176,7 +176,7 @@ FROM (SELECT
 INSERT INTO jobs (queue, payload, run_at, max_attempts)
 VALUES (%(queue)s, %(payload)s::jsonb,
         coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0')),
-        coalesce(%(max_attempts)s, 5))
+        %(max_attempts)s)
 RETURNING id;
 
 -- name: db_time
