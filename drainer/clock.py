@@ -17,5 +17,6 @@ def sleep(seconds: float) -> None:
 
 
 def wall() -> float:
-    """Seconds since the epoch, for log and metric timestamps only (never job times)."""
+    """Seconds since the epoch, for log and metric timestamps and for timing the cloud
+    run's own wake-ups; never for a job's times."""
     return time.time()

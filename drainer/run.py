@@ -125,8 +125,11 @@ def drain(
     *,
     stop: threading.Event | None = None,
     on_batch: Callable[[Summary], None] | None = None,
+    on_claim: Callable[[], None] | None = None,
 ) -> Summary:
-    """One drain on `conn`, which must be an autocommit connection."""
+    """One drain on `conn`, which must be an autocommit connection. `on_claim` is
+    called once, when the drain first holds jobs and before any handler starts (the
+    cloud run arms its dead-man's switch there)."""
     missing = sorted(set(options.queues) - set(handlers))
     if missing or not options.queues:
         raise ConfigError(f"no handler for queues {missing}" if missing else "no queues to drain")
@@ -148,6 +151,8 @@ def drain(
 
     size, summary.stopped = next_size()
     jobs = queue.claim(conn, options.queues, size, options.lease) if size else []
+    if jobs and on_claim:
+        on_claim()
     while jobs:
         batch_began = clock.monotonic()
         outcome = Batch(

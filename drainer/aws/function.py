@@ -9,7 +9,7 @@ sees no session from the function between runs and can suspend.
 
 import logging
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -19,7 +19,7 @@ from ..db import connect
 from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
 from ..run import Summary, drain
 from ..tasks import select
-from ..wake import Next, after_run
+from ..wake import Next, after_run, ceil_minute
 from . import clients, events, logs, schedule
 from .events import Trigger
 from .settings import Settings
@@ -89,7 +89,8 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
     total = Summary()
     while True:
         with _connect(settings) as conn:
-            summary = drain(conn, handlers, settings.options(queues, deadline))
+            summary = drain(conn, handlers, settings.options(queues, deadline),
+                            on_claim=lambda: _arm_switch(context, settings))
             now = queue.database_now(conn)
         total = total.plus(summary)
         left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
@@ -111,6 +112,29 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
     return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
             "next": decision.action, "at": decision.at.isoformat() if decision.at else None,
             "lease": decision.lease, "outcome": outcome, "pruned": pruned}
+
+
+def _arm_switch(context: Any, settings: Settings) -> None:
+    """The run's dead-man's switch, armed once it holds jobs and before any handler
+    starts: a lease wake-up for the minute its first claim's lease ends. Should the
+    run die (out of memory, a crash, the function's timeout), the wake-up reaps its
+    jobs, with no backstop needed; should it fire while the run lives, the woken run
+    sees the extended leases and arms the next one. A run that stops deletes it with
+    the other stale lease wake-ups. Timed by the function's clock, which is close to
+    the database's: a wake-up that fires a little early finds the lease held and arms
+    one for its real end."""
+    if not (settings.schedule_group and settings.scheduler_role_arn):
+        return
+    at = ceil_minute(datetime.fromtimestamp(clock.wall(), UTC) + settings.lease)
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        schedule.arm(at, target_arn=context.invoked_function_arn,
+                     role_arn=settings.scheduler_role_arn, group=settings.schedule_group,
+                     lease=True)
+    except (BotoCoreError, ClientError) as exc:
+        log.error("could not arm the run's lease wake-up: %s; if the run dies, the backstop "
+                  "schedule reaps its jobs", exc, extra={"data": {"event": "switch_failed"}})
 
 
 def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,

@@ -71,11 +71,13 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[None]:
 
 @pytest.fixture
 def function_env(monkeypatch: pytest.MonkeyPatch, db_url: str) -> str:
-    """The function's environment for a drain of queue "aws" on a fresh database."""
+    """The function's environment for a drain of queue "aws" on a fresh database, with
+    its wake-up schedule group, as the template deploys it."""
     for name, value in {"DATABASE_URL": db_url, "DRAINER_TASKS": "tests.aws.tasks",
                         "DRAINER_QUEUES": "aws", "DRAINER_SCHEDULE_GROUP": GROUP,
                         "DRAINER_SCHEDULER_ROLE_ARN": ROLE_ARN}.items():
         monkeypatch.setenv(name, value)
+    boto3.client("scheduler", region_name=REGION).create_schedule_group(Name=GROUP)
     return db_url
 
 
@@ -116,8 +118,3 @@ def invokes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Invokes]:
     with record.stubber:
         yield record
 
-
-@pytest.fixture
-def wake_group() -> str:
-    boto3.client("scheduler", region_name=REGION).create_schedule_group(Name=GROUP)
-    return GROUP

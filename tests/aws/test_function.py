@@ -3,7 +3,7 @@
 import json
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import psycopg
@@ -85,7 +85,7 @@ def test_work_due_within_the_minute_is_waited_for_with_no_session_open(function_
 
 
 def test_a_run_that_claimed_nothing_arms_a_wake_up_instead_of_waiting(function_env, conn,
-                                                                      monkeypatch, wake_group):
+                                                                      monkeypatch):
     # Its siblings took the ready work: waiting would have it wait with them.
     job = enqueue(conn, "aws", {}, delay=30)
     run_at = conn.execute("SELECT run_at FROM jobs WHERE id = %s", [job]).fetchone()[0]
@@ -131,7 +131,7 @@ def scheduler():
     return boto3.client("scheduler", region_name=REGION)
 
 
-def test_a_future_next_due_arms_one_wake_up_for_its_minute(function_env, conn, wake_group):
+def test_a_future_next_due_arms_one_wake_up_for_its_minute(function_env, conn):
     job = enqueue(conn, "aws", {}, delay=300)
     run_at = conn.execute("SELECT run_at FROM jobs WHERE id = %s", [job]).fetchone()[0]
     at = ceil_minute(run_at)
@@ -149,8 +149,7 @@ def test_a_future_next_due_arms_one_wake_up_for_its_minute(function_env, conn, w
     assert settled_sessions(conn) == 0
 
 
-def test_concurrent_runs_arming_the_same_minute_create_one_schedule(function_env, conn,
-                                                                    wake_group):
+def test_concurrent_runs_arming_the_same_minute_create_one_schedule(function_env, conn):
     enqueue(conn, "aws", {}, delay=300)
     outcomes = []
     threads = [threading.Thread(target=lambda: outcomes.append(
@@ -171,8 +170,7 @@ def schedule_names() -> set[str]:
     return {s["Name"] for s in scheduler().list_schedules(GroupName=GROUP)["Schedules"]}
 
 
-def test_a_sibling_s_lease_end_gets_a_lease_wake_up_deleted_once_stale(function_env, conn,
-                                                                        wake_group):
+def test_a_sibling_s_lease_end_gets_a_lease_wake_up_deleted_once_stale(function_env, conn):
     enqueue(conn, "aws", {})
     [held] = claim(conn, ["aws"], 1, timedelta(minutes=5))  # a sibling run holds it
     lease_end = conn.execute("SELECT locked_until FROM jobs").fetchone()[0]
@@ -269,3 +267,56 @@ def test_behind_a_transaction_pooler_the_setting_disables_prepared_statements(
     result = handler({"source": "drainer.cron"}, FakeContext(60))
     assert (result["done"], result["next"]) == (200, "none")
     assert count(conn, "status = 'done'") == 200
+
+
+def test_a_run_arms_its_lease_wake_up_before_any_handler_and_deletes_it_at_a_clean_end(
+        function_env, conn):
+    from tests.aws import tasks
+
+    tasks.SEEN.clear()
+    enqueue(conn, "aws", {"look": GROUP})
+    result = handler({"source": "drainer.enqueue", "queue": "aws"}, FakeContext(60))
+    [seen] = tasks.SEEN  # what a death during the handler would have left
+    [switch] = seen
+    assert switch.startswith(schedule.LEASE)
+    lease_end = conn.execute("SELECT now() + interval '5 minutes'").fetchone()[0]
+    armed_for = datetime.strptime(switch.removeprefix(schedule.LEASE), schedule.MINUTE)
+    # The minute the lease ends, give or take the test's own run.
+    assert abs(armed_for.replace(tzinfo=UTC) - lease_end) <= timedelta(minutes=1, seconds=5)
+    assert (result["done"], result["next"], result["pruned"]) == (1, "none", [switch])
+    assert schedule_names() == set()
+
+
+def test_a_run_that_dies_mid_job_leaves_its_wake_up_which_reaps_the_job(function_env, conn,
+                                                                        monkeypatch):
+    enqueue(conn, "aws", {})
+
+    def die(*args, **kwargs):
+        raise SystemExit("killed")  # as if the function's sandbox vanished mid-job
+
+    with monkeypatch.context() as dying, pytest.raises(SystemExit):
+        dying.setattr("drainer.run.Batch.run", die)
+        handler({"source": "drainer.enqueue", "queue": "aws"}, FakeContext(60))
+    [switch] = schedule_names()
+    assert switch.startswith(schedule.LEASE)  # the backstop is not needed to find the job
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second'")  # lease over
+    woken = handler(events.wake(datetime.now(UTC)), FakeContext(60))
+    assert (woken["reaped"], woken["done"], woken["next"]) == (1, 1, "none")
+    assert woken["pruned"] == [switch] and schedule_names() == set()
+
+
+def test_a_lease_wake_up_that_cannot_be_armed_is_logged_and_the_run_goes_on(
+        function_env, conn, monkeypatch, capsys):
+    client = boto3.client("scheduler", region_name=REGION)
+    stubber = Stubber(client)
+    stubber.add_client_error("create_schedule", "ThrottlingException", http_status_code=400)
+    stubber.add_response("list_schedules", {"Schedules": []})  # the clean end's prune
+    real = clients.get
+    monkeypatch.setattr(clients, "get", lambda s: client if s == "scheduler" else real(s))
+    enqueue(conn, "aws", {})
+    with stubber:
+        result = handler({"source": "drainer.enqueue", "queue": "aws"}, FakeContext(60))
+    stubber.assert_no_pending_responses()  # it did try, before the handler ran
+    assert (result["done"], result["next"]) == (1, "none")
+    failed = [line for line in stdout_lines(capsys) if line.get("event") == "switch_failed"]
+    assert len(failed) == 1 and "backstop" in failed[0]["message"]
