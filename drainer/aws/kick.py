@@ -11,8 +11,9 @@ polls the database).
 Kicks are coalesced: at most one invocation per function per `interval` in a
 process; kicks inside the interval are folded into one sent when it ends, so no
 job waits for the backstop because its kick was folded. A kick that fails is
-logged and dropped, never raised: the job is committed, and the backstop
-schedule drains it.
+logged and sent again in the background a few times (riding out about half a
+minute of throttling or outage), never raised: the job is committed, and should
+every attempt fail, the backstop schedule drains it.
 """
 
 import logging
@@ -29,6 +30,7 @@ from . import clients, events
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 1.0  # seconds
+RETRY_DELAYS = (1.0, 5.0, 25.0)  # seconds before each new attempt of a failed kick
 
 
 class _Coalescer:
@@ -78,12 +80,20 @@ class Kicker:
         from your framework's on-commit hook); never raises. True when sent now."""
         return self._coalescer.request(self.interval, lambda: self._send(queue))
 
-    def _send(self, queue: str) -> None:
+    def _send(self, queue: str, attempt: int = 0) -> None:
         try:
             clients.invoke_async(self.function, events.kick(queue))
         except Exception as exc:  # noqa: BLE001 - a kick must never fail the producer
-            log.warning("kick of %s failed (%s: %s); the backstop schedule will drain the job",
-                        self.function, type(exc).__name__, exc)
+            failure = f"kick of {self.function} failed ({type(exc).__name__}: {exc})"
+            if attempt == len(RETRY_DELAYS):
+                log.error("%s %d times; the backstop schedule will drain the job",
+                          failure, attempt + 1)
+                return
+            delay = RETRY_DELAYS[attempt]
+            log.warning("%s; sending it again in %g s", failure, delay)
+            retry = threading.Timer(delay, self._send, (queue, attempt + 1))
+            retry.daemon = True  # a producer that exits leaves it to the backstop
+            retry.start()
 
     @contextmanager
     def transaction(self, conn: psycopg.Connection, queue: str) -> Iterator[None]:

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from drainer import enqueue
-from drainer.aws import events
+from drainer.aws import events, kick
 from drainer.aws.kick import Kicker
 from tests.aws.conftest import FUNCTION
 from tests.conftest import count
@@ -64,9 +64,25 @@ def test_kicks_are_coalesced_to_one_per_interval_with_one_trailing(invokes):
     invokes.stubber.assert_no_pending_responses()
 
 
-def test_a_failed_kick_never_fails_the_producer(db_url, conn, invokes, caplog):
+def test_a_failed_kick_never_fails_the_producer_and_is_sent_again(db_url, conn, invokes,
+                                                                  caplog, monkeypatch):
+    monkeypatch.setattr(kick, "RETRY_DELAYS", (0.05,))
     invokes.fail_next()
+    invokes.expect(events.kick("email"), function=FUNCTION)
     with psycopg.connect(db_url) as producer, Kicker(FUNCTION).transaction(producer, "email"):
         enqueue(producer, "email", {})
-    assert count(conn) == 1 and len(invokes.sent) == 1
-    assert "TooManyRequestsException" in caplog.text and "backstop" in caplog.text
+    assert count(conn) == 1  # committed, whatever the kick did
+    assert wait_for(lambda: len(invokes.sent) == 2)
+    invokes.stubber.assert_no_pending_responses()
+    assert "TooManyRequestsException" in caplog.text and "sending it again" in caplog.text
+    assert "backstop" not in caplog.text
+
+
+def test_a_kick_that_keeps_failing_is_left_to_the_backstop(invokes, caplog, monkeypatch):
+    monkeypatch.setattr(kick, "RETRY_DELAYS", (0.01, 0.01))
+    for _ in range(3):
+        invokes.fail_next()
+    Kicker(FUNCTION).kick("email")
+    assert wait_for(lambda: "backstop" in caplog.text)
+    assert len(invokes.sent) == 3 and "failed (TooManyRequestsException" in caplog.text
+    invokes.stubber.assert_no_pending_responses()
