@@ -35,7 +35,7 @@ def test_polling_every_second_keeps_the_compute_awake_all_day():
 def test_a_quiet_day_costs_ours_nothing_but_its_backstop():
     day = parse(QUIET)
     assert replay(day, TIMEOUT, Ours(backstop=None)).awake_hours == 0
-    result = replay(day, TIMEOUT, Ours())  # backstop ticks at 1 h and 2 h
+    result = replay(day, TIMEOUT, Ours(backstop=60))  # backstop ticks at 1 h and 2 h
     assert result.resumes == result.invocations == 2
     # each tick: resume + connect + 4 statements, then the suspend timeout
     assert result.awake_hours * 3600 == pytest.approx(2 * (60 * TIMEOUT + 1.04), abs=0.1)

@@ -6,12 +6,13 @@ the in-memory table, and differs only in how it waits. Ours decides after each r
 `drainer.wake.after_run`, the very function the cloud entry points call.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from drainer.aws import schedule
 from drainer.run import Sizer, Summary
-from drainer.wake import Next, after_run
+from drainer.wake import Next, after_run, ceil_minute
 from drainer.worker import MIN_WAIT, Backoff
 
 from .compute import Compute, Session
@@ -19,7 +20,7 @@ from .day import Day
 from .engine import Flag, Process, Sim, Wait
 from .table import Row, Table
 
-BACKSTOP_MINUTES = 60.0  # infra/template.yaml's default BackstopRate, rate(1 hour)
+BACKSTOP_MINUTES = 360.0  # infra/template.yaml's default BackstopRate, rate(6 hours)
 
 
 class World:
@@ -65,14 +66,15 @@ class Strategy:
         """Called when a producer's enqueue commits."""
 
 
-def drain(world: World, session: Session, deadline: float | None) -> Process:
+def drain(world: World, session: Session, deadline: float | None,
+          on_claim: Callable[[], None] | None = None) -> Process:
     """`drainer.run.drain` on the model: returns its Summary."""
     sim = world.sim
     began = sim.now
     summary = Summary()
     yield from session.sql()  # start: reap (no lease expires here: nothing crashes) + has_archive
     summary.stopped = yield from work(world, session, Sizer(None, world.model.concurrency),
-                                      deadline, summary)
+                                      deadline, summary, on_claim)
     yield from session.sql()  # archive
     yield from session.sql()  # next_due, with its sources
     summary.next_due, summary.next_run_at, summary.next_lease_end = (
@@ -82,7 +84,7 @@ def drain(world: World, session: Session, deadline: float | None) -> Process:
 
 
 def work(world: World, session: Session, sizer: Sizer, deadline: float | None,
-         summary: Summary) -> Process:
+         summary: Summary, on_claim: Callable[[], None] | None = None) -> Process:
     """Claim and run batches until none is ready or the deadline; returns why it
     stopped. A batch's write-back and the next claim share one round trip
     (`drainer.queue.settle`), as in `drainer.run.drain`."""
@@ -97,6 +99,8 @@ def work(world: World, session: Session, sizer: Sizer, deadline: float | None,
     if size:
         yield from session.sql()
         rows = table.claim(sim.now, size, lease)
+    if rows and on_claim:
+        on_claim()
     while rows:
         began = sim.now
         succeeded, failed, unstarted = yield from batch(world, session, rows, sizer, deadline)
@@ -256,7 +260,7 @@ class Ours(Strategy):
             return "ours, no backstop"
         every = f"{self.backstop / 60:g} h" if self.backstop >= 60 else f"{self.backstop:g} min"
         if self.backstop == BACKSTOP_MINUTES:
-            return f"ours: kick + wake-on-due + backstop {every}"
+            return f"ours: kick + wake-on-due + backstop {every} (default)"
         return f"ours, backstop {every}"
 
     def start(self, world: World) -> None:
@@ -292,7 +296,8 @@ class Ours(Strategy):
         session = world.session()
         while True:
             yield from session.connect()
-            summary = yield from drain(world, session, deadline)
+            summary = yield from drain(world, session, deadline,
+                                       on_claim=lambda: self.arm_switch(world))
             session.close()  # the run leaves no session open, even while it waits
             decision = after_run(summary, now=day.at(sim.now), depth=depth,
                                  max_depth=model.max_depth,
@@ -307,6 +312,11 @@ class Ours(Strategy):
             self.arm(world, decision)
         for name in schedule.stale(list(self.group), decision):  # drainer.aws.schedule.prune
             del self.group[name]
+
+    def arm_switch(self, world: World) -> None:
+        """`drainer.aws.function._arm_switch`: the run's lease wake-up, once it holds jobs."""
+        at = world.day.at(world.sim.now) + timedelta(seconds=world.model.lease)
+        self.arm(world, Next("wake", ceil_minute(at), lease=True))
 
     def arm(self, world: World, decision: Next) -> None:
         """`drainer.aws.schedule.arm`: a one-time schedule named by its kind and minute;
@@ -327,5 +337,5 @@ class Ours(Strategy):
 def strategies() -> list[Strategy]:
     """The issue's line-up, in the table's order."""
     return [Poll(1), Poll(60), Listen(300), Cron(300), Cron(900), Cron(3600), Ours(),
-            Ours(backstop=360), Ours(backstop=None)]
+            Ours(backstop=60), Ours(backstop=None)]
 
