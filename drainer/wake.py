@@ -48,6 +48,12 @@ def ceil_minute(moment: datetime) -> datetime:
     return floor if floor == moment else floor + timedelta(minutes=1)
 
 
+def switch_at(now: datetime, lease: timedelta) -> datetime:
+    """The minute a run's dead-man's switch fires: that of the lease its claim took at
+    `now`, so it never fires before the lease can have expired (on one clock)."""
+    return ceil_minute(now + lease)
+
+
 def after_run(
     summary: Summary,
     *,

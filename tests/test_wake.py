@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from drainer.run import Summary
-from drainer.wake import Next, after_run, ceil_minute
+from drainer.wake import Next, after_run, ceil_minute, switch_at
 
 NOW = datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -77,3 +77,10 @@ def test_ceil_minute_never_rounds_down():
                                                                           tzinfo=UTC)
     assert ceil_minute(datetime(2026, 1, 1, 8, 0, 0, 1, tzinfo=UTC)) == datetime(
         2026, 1, 1, 8, 1, tzinfo=UTC)
+
+
+def test_a_run_s_switch_fires_on_the_minute_after_its_lease_can_end():
+    claimed = datetime(2026, 12, 2, 12, 0, 30, tzinfo=UTC)
+    assert switch_at(claimed, timedelta(minutes=5)) == datetime(2026, 12, 2, 12, 6, tzinfo=UTC)
+    on_the_minute = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    assert switch_at(on_the_minute, timedelta(minutes=5)) == on_the_minute + timedelta(minutes=5)

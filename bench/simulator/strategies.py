@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from drainer.aws import schedule
 from drainer.run import Sizer, Summary
-from drainer.wake import Next, after_run, ceil_minute
+from drainer.wake import Next, after_run, switch_at
 from drainer.worker import MIN_WAIT, Backoff
 
 from .compute import Compute, Session
@@ -315,8 +315,8 @@ class Ours(Strategy):
 
     def arm_switch(self, world: World) -> None:
         """`drainer.aws.function._arm_switch`: the run's lease wake-up, once it holds jobs."""
-        at = world.day.at(world.sim.now) + timedelta(seconds=world.model.lease)
-        self.arm(world, Next("wake", ceil_minute(at), lease=True))
+        at = switch_at(world.day.at(world.sim.now), timedelta(seconds=world.model.lease))
+        self.arm(world, Next("wake", at, lease=True))
 
     def arm(self, world: World, decision: Next) -> None:
         """`drainer.aws.schedule.arm`: a one-time schedule named by its kind and minute;

@@ -19,7 +19,7 @@ from ..db import connect
 from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
 from ..run import Summary, drain
 from ..tasks import select
-from ..wake import Next, after_run, ceil_minute
+from ..wake import Next, after_run, switch_at
 from . import clients, events, logs, schedule
 from .events import Trigger
 from .settings import Settings
@@ -123,18 +123,23 @@ def _arm_switch(context: Any, settings: Settings) -> None:
     the other stale lease wake-ups. Timed by the function's clock, which is close to
     the database's: a wake-up that fires a little early finds the lease held and arms
     one for its real end."""
-    if not (settings.schedule_group and settings.scheduler_role_arn):
+    if not settings.wakes:
         return
-    at = ceil_minute(datetime.fromtimestamp(clock.wall(), UTC) + settings.lease)
     from botocore.exceptions import BotoCoreError, ClientError
 
+    now = datetime.fromtimestamp(clock.wall(), UTC)
     try:
-        schedule.arm(at, target_arn=context.invoked_function_arn,
-                     role_arn=settings.scheduler_role_arn, group=settings.schedule_group,
-                     lease=True)
+        _arm(switch_at(now, settings.lease), True, context, settings)
     except (BotoCoreError, ClientError) as exc:
         log.error("could not arm the run's lease wake-up: %s; if the run dies, the backstop "
                   "schedule reaps its jobs", exc, extra={"data": {"event": "switch_failed"}})
+
+
+def _arm(at: datetime, lease: bool, context: Any, settings: Settings) -> bool:
+    """`schedule.arm` for this function, in its group, with its Scheduler role."""
+    return schedule.arm(at, target_arn=context.invoked_function_arn,
+                        role_arn=settings.scheduler_role_arn, group=settings.schedule_group,
+                        lease=lease)
 
 
 def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
@@ -147,8 +152,7 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
                         "(DRAINER_MAX_DEPTH=%d); the backstop schedule takes over",
                         settings.max_depth, extra={"data": {"event": "max_depth"}})
         return "none"
-    if decision.action == "wake" and not (settings.schedule_group
-                                          and settings.scheduler_role_arn):
+    if decision.action == "wake" and not settings.wakes:
         log.warning("a job is due at %s but wake-ups are not configured "
                     "(DRAINER_SCHEDULE_GROUP, DRAINER_SCHEDULER_ROLE_ARN); the backstop "
                     "schedule will run it", decision.at.isoformat(),
@@ -162,9 +166,7 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
                                  events.continuation(trigger.depth + 1))
             outcome = "continued"
         else:
-            created = schedule.arm(decision.at, target_arn=context.invoked_function_arn,
-                                   role_arn=settings.scheduler_role_arn,
-                                   group=settings.schedule_group, lease=decision.lease)
+            created = _arm(decision.at, decision.lease, context, settings)
             outcome = "armed" if created else "already armed"
     except (BotoCoreError, ClientError) as exc:
         log.error("could not %s: %s; the backstop schedule will drain what is left",

@@ -50,6 +50,11 @@ class Settings:
     scheduler_role_arn: str | None = None
     namespace: str = "drainer"
 
+    @property
+    def wakes(self) -> bool:
+        """Whether wake-ups can be armed (a schedule group and a role for Scheduler)."""
+        return bool(self.schedule_group and self.scheduler_role_arn)
+
     @classmethod
     def from_env(cls) -> "Settings":
         """Every setting from the environment; ConfigError names a bad variable."""
