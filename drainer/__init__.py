@@ -13,6 +13,7 @@ from .errors import (
     DatabaseUnavailable,
     DrainerError,
     SchemaMissing,
+    StatementCancelled,
 )
 from .queue import (
     Job,
@@ -35,7 +36,7 @@ from .tasks import task
 
 __all__ = [
     "AuthenticationFailed", "BadInput", "ConfigError", "DatabaseUnavailable", "DrainerError",
-    "Job", "Options", "SchemaMissing", "Summary", "__version__", "archive", "cancel", "claim",
-    "complete", "drain", "enqueue", "enqueue_many", "extend", "fail", "migrate", "next_due",
-    "reap", "release", "requeue", "task",
+    "Job", "Options", "SchemaMissing", "StatementCancelled", "Summary", "__version__",
+    "archive", "cancel", "claim", "complete", "drain", "enqueue", "enqueue_many", "extend",
+    "fail", "migrate", "next_due", "reap", "release", "requeue", "task",
 ]

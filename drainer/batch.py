@@ -10,6 +10,7 @@ the next one: starting threads for every batch costs more than a batch of fast
 handlers.
 """
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -18,11 +19,22 @@ from datetime import timedelta
 from queue import SimpleQueue
 
 from . import clock
-from .errors import redact
+from .errors import DrainerError, redact
 from .queue import Job, Undecodable
 from .tasks import Handler, timeout_of
 
+log = logging.getLogger(__name__)
+
 MAX_ERROR = 2000  # characters of last_error kept per failure
+# Heartbeats come every third of the lease, and at least this often (seconds), so a
+# session idle limit of a minute or more (a pooler's, a proxy's, a NAT gateway's 350 s)
+# never sees the drain's connection idle while handlers run.
+MAX_HEARTBEAT = 60.0
+# A job starts only while the lease its batch last confirmed (the claim, a heartbeat)
+# is younger than this share of the lease; past it, a heartbeat confirms first. A
+# worker paused past its lease (SIGSTOP, a long GC pause, a sleeping laptop) must not
+# start a job that was reaped and may be running elsewhere.
+CONFIRM_AFTER = 0.5
 
 
 def _bounded(text: str) -> str:
@@ -55,7 +67,7 @@ class Outcome:
     succeeded: list[Job] = field(default_factory=list)
     failed: list[tuple[Job, str]] = field(default_factory=list)
     unstarted: list[Job] = field(default_factory=list)
-    lost: set[int] = field(default_factory=set)  # jobs found taken over mid-run
+    lost: set[int] = field(default_factory=set)  # jobs found taken over, never recorded above
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
 
 
@@ -98,9 +110,14 @@ class Batch:
         concurrency: int,
         lease: timedelta,
         extend: Callable[[list[Job]], set[int]],
-        may_start: Callable[[], bool],
+        may_start: Callable[[Job], bool],
         stop: threading.Event,
+        confirmed: float | None = None,
+        took: Callable[[Job, float], None] | None = None,
     ):
+        """`confirmed`: when the batch's leases were last known to be ours, on the clock
+        seam's monotonic scale (when the claim was sent; default now). `took(job,
+        seconds)` hears how long each handler ran."""
         self.pending = deque(jobs)
         self.handlers = handlers
         self.threads = min(concurrency, len(jobs))
@@ -108,6 +125,13 @@ class Batch:
         self.extend = extend
         self.may_start = may_start
         self.stop = stop
+        self.confirmed = clock.monotonic() if confirmed is None else confirmed
+        # The same moment on the wall clock, which goes on while the machine sleeps
+        # (the monotonic clock stops then, on Linux and macOS).
+        self.confirmed_wall = clock.wall() - (clock.monotonic() - self.confirmed)
+        self.took = took
+        self.confirming = threading.Lock()
+        self.unconfirmable = False
         self.running: dict[int, Job] = {}
         self.started: dict[int, float] = {}  # job id -> when its handler began
         self.timed_out: set[int] = set()
@@ -116,14 +140,31 @@ class Batch:
         self.idle = threading.Event()
         self.active = self.threads
 
+    def _fresh(self) -> bool:
+        """Whether the batch's leases were confirmed recently enough to start a job, by
+        both clocks: a wall clock set back or forward only costs a heartbeat."""
+        limit = CONFIRM_AFTER * self.lease
+        return (clock.monotonic() - self.confirmed < limit
+                and abs(clock.wall() - self.confirmed_wall) < limit)
+
     def _next(self) -> Job | None:
+        if not self._fresh():
+            self._confirm()
         with self.lock:
-            if self.pending and self.may_start():
+            if self.pending and self._fresh() and self.may_start(self.pending[0]):
                 job = self.pending.popleft()
                 self.running[job.id] = job
                 self.started[job.id] = clock.monotonic()
                 return job
             return None
+
+    def _confirm(self) -> None:
+        """Heartbeat before starting a job whose lease may be near its end; one thread
+        does it while the others wait for its answer. If it cannot be sent, no job
+        starts any more: what is left pending is given back."""
+        with self.confirming:
+            if not self._fresh() and not self.unconfirmable:
+                self.unconfirmable = not self._heartbeat()
 
     def _finish(self, job: Job, error: str | None) -> bool:
         """Record a handler's result; False when it came after the job's timeout,
@@ -132,6 +173,8 @@ class Batch:
             if job.id in self.timed_out:
                 return False
             self.running.pop(job.id, None)
+            if self.took:
+                self.took(job, clock.monotonic() - self.started[job.id])
             if job.id in self.outcome.lost:
                 return True  # no longer ours: its result must change nothing
             if error is None:
@@ -175,6 +218,8 @@ class Batch:
             for job, limit in late:
                 del self.running[job.id]
                 self.timed_out.add(job.id)
+                if self.took:
+                    self.took(job, limit)
                 if job.id not in self.outcome.lost:
                     self.outcome.failed.append(
                         (job, f"TimeoutError: the handler ran longer than its {limit:g} s "
@@ -182,28 +227,36 @@ class Batch:
         for _ in late:
             self._spawn()
 
-    def _heartbeat(self) -> None:
-        """Extend the leases of every unfinished job; drop those no longer ours."""
+    def _heartbeat(self) -> bool:
+        """Extend the leases of every unfinished job and drop those no longer ours;
+        False when the heartbeat could not be sent (the leases stand as they were)."""
+        sent, sent_wall = clock.monotonic(), clock.wall()
         with self.lock:
             unfinished = [*self.running.values(), *self.pending]
-        if not unfinished:
-            return
-        ours = self.extend(unfinished)
+        try:
+            ours = self.extend(unfinished) if unfinished else set()
+        except DrainerError as exc:
+            log.warning("heartbeat failed (%s); leases not extended", exc)
+            return False
         with self.lock:
             gone = {j.id for j in unfinished} - ours
-            self.outcome.lost |= gone
+            # A job that finished meanwhile keeps its result: its guarded write-back
+            # tells whether it was still ours, and it is counted once, there.
+            self.outcome.lost |= gone & (self.running.keys() | {j.id for j in self.pending})
             self.pending = deque(j for j in self.pending if j.id not in gone)
+            self.confirmed, self.confirmed_wall = sent, sent_wall
+        return True
 
     def run(self) -> Outcome:
         for _ in range(self.threads):
             self._spawn()
-        interval = self.lease / 3
-        extended = clock.monotonic()
+        interval = min(self.lease / 3, MAX_HEARTBEAT)
+        extended = self.confirmed
         stopped_at: float | None = None
         while not self.idle.wait(timeout=min(interval, 0.5)):
             now = clock.monotonic()
             self._time_out(now)
-            if now - extended >= interval:
+            if now - max(extended, self.confirmed) >= interval:
                 self._heartbeat()
                 extended = now
             if self.stop.is_set() and stopped_at is None:
@@ -213,6 +266,8 @@ class Batch:
                 break
         with self.lock:
             self.outcome.unstarted = list(self.pending)
-            self.outcome.abandoned = list(self.running.values())
+            # A job still running but already lost is counted lost, not abandoned.
+            self.outcome.abandoned = [job for job in self.running.values()
+                                      if job.id not in self.outcome.lost]
             self.pending.clear()
         return self.outcome

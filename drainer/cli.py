@@ -1,4 +1,4 @@
-"""`python -m drainer` / `drainer`: the command line (see CONTRACT.md).
+"""`python -m drainer` / `drainer`: the command line (README.md, "Command line").
 
 Parsing, configuration and output only; the work is done by `drainer.run`,
 `drainer.queue` and `drainer.schema`. Exit codes: 0 done, 1 unexpected,
@@ -14,21 +14,28 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-
-import psycopg
+from typing import Any
 
 from . import __version__, clock, config, doctor, queue, schema, worker
 from .config import (
+    MIN_LEASE,
+    MIN_MAX_READY_AGE,
+    MIN_MAX_RUNTIME,
+    MIN_POLL_INTERVAL,
     env_name,
     flag,
     from_env,
+    lease_seconds,
+    max_ready_age_seconds,
+    max_runtime_seconds,
     names,
     nonnegative_days,
     nonnegative_seconds,
+    poll_seconds,
     positive_int,
-    positive_seconds,
 )
 from .db import connect
 from .errors import BadInput, ConfigError, DrainerError, password_of, redact
@@ -36,7 +43,6 @@ from .progress import Progress
 from .run import DEFAULT_ARCHIVE_AFTER, DEFAULT_LEASE, Options, Summary, drain
 from .tasks import select
 
-PROCESS_START = clock.monotonic()
 log = logging.getLogger("drainer")
 
 COMMANDS = {
@@ -50,16 +56,19 @@ COMMANDS = {
               "what to do; exit 1 if a problem is found",
     "reap": "only reap: expired leases back to queued (failed at max_attempts)",
     "archive": "only archive: done rows older than --archive-after leave the jobs table",
-    "requeue": "failed jobs (of a queue, or by id) back to queued with fresh attempts",
-    "cancel": "withdraw queued jobs by id (status failed, last_error 'cancelled')",
+    "requeue": "failed jobs (of a queue, or by id) back to queued with a fresh budget of "
+               "attempts; a queue's requeue leaves cancelled jobs alone",
+    "cancel": "withdraw queued or running jobs by id (status failed, last_error "
+              "'cancelled'); a running handler's result is then ignored",
     "demo": "on the embedded database: enqueue sample jobs, drain them, show the result",
 }
 
 EPILOG = """\
 Every option also reads the DRAINER_* variable shown in its help; the command
-line wins. The database URL comes from --database-url, else DRAINER_DATABASE_URL,
-else DATABASE_URL (libpq's PG* variables fill what the URL leaves out); with none
-and outside a cloud function an embedded PostgreSQL under ./.drainer/ is used.
+line wins, and a command reads only the variables of its own options. The
+database URL comes from --database-url, else DRAINER_DATABASE_URL, else
+DATABASE_URL (libpq's PG* variables fill what the URL leaves out); with none and
+outside a cloud function an embedded PostgreSQL under ./.drainer/ is used.
 
 exit codes: 0 done (a deadline or signal stop included), 1 unexpected error,
 2 usage or configuration error, 3 database unavailable or schema missing.
@@ -85,59 +94,113 @@ def _checked(kind: Callable) -> Callable:
     return parse
 
 
-def _option(p: argparse.ArgumentParser, flag: str, kind: Callable, fallback: object,
-            text: str, *, env: str | None = None, **kw: object) -> None:
-    env = env or env_name(flag)
-    default = from_env(env, kind, fallback)
-    p.add_argument(flag, type=_checked(kind), default=default, help=f"{text} [{env}]", **kw)
+@dataclass(frozen=True)
+class Setting:
+    """An option that falls back to its DRAINER_* variable, then to a default. The
+    variable is read after parsing, and only for a command that has the option, so
+    a bad value breaks only the commands that use it."""
+
+    option: str
+    kind: Callable[[str], Any]
+    default: object
+    help: str
+    metavar: str | None = None
+
+    @property
+    def env(self) -> str:
+        return env_name(self.option)
+
+    @property
+    def dest(self) -> str:
+        return self.option.lstrip("-").replace("-", "_")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("database")
-    _option(g, "--database-url", str, None, "postgresql:// URL (else DATABASE_URL)",
-            metavar="URL")
-    g.add_argument("--no-prepare", action="store_true",
-                   default=bool(from_env("DRAINER_NO_PREPARE", flag, False)),
-                   help="for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared "
-                        "statements and no startup options, which they refuse; the statement "
-                        "timeout is then the role's (ALTER ROLE ... SET statement_timeout) "
-                        "[DRAINER_NO_PREPARE]")
+Group = tuple[str, tuple[Setting, ...]]  # a --help section: its title and options
 
-
-def _drain_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("drain")
-    # Appending to a default would add the command line's queues to the variable's.
-    g.add_argument("--queue", action="append", type=check_queue_arg, metavar="Q",
-                   help="drain only this queue (repeatable; default: every queue that has a "
-                        "task) [DRAINER_QUEUES, comma-separated]")
-    _option(g, "--tasks", names, [], "comma-separated modules that define @task handlers",
-            metavar="MODULES")
-    _option(g, "--batch-size", positive_int, None,
-            "jobs per claim, pinned (default: adaptive, 10 to start, up to 500)", metavar="N")
-    _option(g, "--lease", positive_seconds, DEFAULT_LEASE.total_seconds(),
-            "seconds a claim holds a job before a reaper may take it back; extended while a "
-            "handler runs (default 300)", metavar="SECONDS")
-    _option(g, "--max-runtime", positive_seconds, None,
-            "stop claiming so the run ends within this many seconds of the process start; "
-            "unstarted claims are given back (default: none)", metavar="SECONDS")
-    _option(g, "--concurrency", positive_int, 1,
-            "handlers run at once, on threads, for I/O-bound jobs (default 1)", metavar="N")
-    _option(g, "--archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER.days,
-            "days after which done jobs leave the jobs table (default 7)", metavar="DAYS")
-
-
-def _work_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("always on")
-    _option(g, "--listen-url", str, None,
-            "direct postgresql:// URL for LISTEN, never a transaction pooler, which hands the "
-            "session to others (default: the database URL; claims may still go through a "
-            "pooled --database-url)", metavar="URL")
-    _option(g, "--poll-interval", positive_seconds, worker.DEFAULT_POLL,
+DATABASE: Group = ("database", (
+    Setting("--database-url", str, None, "postgresql:// URL (else DATABASE_URL)", "URL"),
+    Setting("--no-prepare", flag, False,
+            "for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements "
+            "and no startup options, which they refuse; the statement timeout is then the "
+            "role's (ALTER ROLE ... SET statement_timeout)"),
+))
+ARCHIVE_AFTER = Setting("--archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER.days,
+                        "days after which done jobs leave the jobs table (default 7)", "DAYS")
+DRAIN: Group = ("drain", (
+    Setting("--tasks", names, [], "comma-separated modules that define @task handlers",
+            "MODULES"),
+    Setting("--batch-size", positive_int, None,
+            "jobs per claim, pinned (default: adaptive, 10 to start, up to 500)", "N"),
+    Setting("--lease", lease_seconds, DEFAULT_LEASE.total_seconds(),
+            "seconds a claim holds a job before a reaper may take it back; extended while "
+            f"a handler runs (at least {MIN_LEASE:g}, default 300)", "SECONDS"),
+    Setting("--max-runtime", max_runtime_seconds, None,
+            "stop claiming so the run ends within this many seconds of the process's start "
+            "(as the OS counts it: the interpreter's start and the imports included); "
+            f"unstarted claims are given back (at least {MIN_MAX_RUNTIME:g}, default: none)",
+            "SECONDS"),
+    Setting("--concurrency", positive_int, 1,
+            "handlers run at once, on threads, for I/O-bound jobs (default 1)", "N"),
+    ARCHIVE_AFTER,
+))
+ALWAYS_ON: Group = ("always on", (
+    Setting("--listen-url", str, None,
+            "direct postgresql:// URL for LISTEN, never a transaction pooler, which hands "
+            "the session to others (default: the database URL; claims may still go through "
+            "a pooled --database-url)", "URL"),
+    Setting("--poll-interval", poll_seconds, worker.DEFAULT_POLL,
             "seconds between fallback polls, which find work whose notification was missed "
-            "(a reconnect, a table without the trigger) (default 60). Every poll is activity: "
-            "on a scale-to-zero compute an interval under the database's suspend timeout "
-            "(often 5 to 10 minutes) keeps the compute awake around the clock, even with an "
-            "empty queue; there, prefer `drain` on a schedule", metavar="SECONDS")
+            f"(a reconnect, a table without the trigger) (at least {MIN_POLL_INTERVAL:g}, "
+            "default 60). Every poll is activity: on a scale-to-zero compute an interval "
+            "under the database's suspend timeout (often 5 to 10 minutes) keeps the compute "
+            "awake around the clock, even with an empty queue; there, prefer `drain` on a "
+            "schedule", "SECONDS"),
+))
+DOCTOR: Group = ("doctor", (
+    Setting("--max-ready-age", max_ready_age_seconds, doctor.DEFAULT_MAX_READY_AGE,
+            "seconds a ready job may wait before it is a problem; set it above the time "
+            f"between scheduled drains (at least {MIN_MAX_READY_AGE:g}, default 3600)",
+            "SECONDS"),
+))
+# Each command's settings: the one place that says which command reads which variable.
+SETTINGS: dict[str, tuple[Group, ...]] = {
+    "drain": (DATABASE, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
+    "migrate": (DATABASE,), "enqueue": (DATABASE,), "stats": (DATABASE,),
+    "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
+    "archive": (DATABASE, ("archive", (ARCHIVE_AFTER,))),
+    "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
+}
+
+
+def settings_of(command: str) -> list[Setting]:
+    return [s for _title, group in SETTINGS.get(command, ()) for s in group]
+
+
+def _add_settings(p: argparse.ArgumentParser, command: str) -> None:
+    """The command's settings, with no default: None means "not on the command line",
+    and `resolve` fills it in once the command is known."""
+    for title, group in SETTINGS[command]:
+        g = p.add_argument_group(title)
+        if title == "drain":
+            # Appending to a default would add the command line's queues to the variable's.
+            g.add_argument("--queue", action="append", type=check_queue_arg, metavar="Q",
+                           help="drain only this queue (repeatable; default: every queue "
+                                "that has a task) [DRAINER_QUEUES, comma-separated]")
+        for s in group:
+            text = f"{s.help} [{s.env}]"
+            if s.kind is flag:
+                g.add_argument(s.option, action="store_const", const=True, help=text)
+            else:
+                g.add_argument(s.option, type=_checked(s.kind), metavar=s.metavar, help=text)
+
+
+def resolve(args: argparse.Namespace) -> None:
+    """Fill in each setting of the command being run that the command line left out:
+    its DRAINER_* variable, else its default. Only this command's variables are read;
+    ConfigError names a bad one."""
+    for s in settings_of(args.command):
+        if getattr(args, s.dest) is None:
+            setattr(args, s.dest, from_env(s.env, s.kind, s.default))
 
 
 def check_queue_arg(text: str) -> str:
@@ -157,11 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
                for name, text in COMMANDS.items()}
     for name, p in parsers.items():
-        if name != "demo":
-            _common(p)
-    for name in ("drain", "work", "archive"):
-        _drain_options(parsers[name])
-    _work_options(parsers["work"])
+        _add_settings(p, name)
     e = parsers["enqueue"]
     e.add_argument("queue", metavar="QUEUE", help="the queue to add to")
     e.add_argument("payload", metavar="JSON", nargs="?",
@@ -174,17 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-attempts", type=_checked(positive_int), metavar="N",
                    help="attempts before the job fails for good (default 5)")
     parsers["stats"].add_argument("--json", action="store_true", help="one JSON document")
-    d = parsers["doctor"]
-    d.add_argument("--json", action="store_true", help="one JSON document")
-    _option(d, "--max-ready-age", positive_seconds, doctor.DEFAULT_MAX_READY_AGE,
-            "seconds a ready job may wait before it is a problem; set it above the time "
-            "between scheduled drains (default 3600)", metavar="SECONDS")
+    parsers["doctor"].add_argument("--json", action="store_true", help="one JSON document")
     r = parsers["requeue"]
     r.add_argument("ids", metavar="ID", nargs="*", type=_checked(positive_int),
                    help="failed job ids")
     r.add_argument("--queue", type=check_queue_arg, help="every failed job of this queue")
     parsers["cancel"].add_argument("ids", metavar="ID", nargs="+", type=_checked(positive_int),
-                                   help="queued job ids")
+                                   help="queued or running job ids")
     return top
 
 
@@ -206,10 +261,8 @@ def _argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def _open(args: argparse.Namespace, *, force_embedded: bool = False,
-          db: config.Database | None = None, **options: object):
-    db = db or config.resolve_database(getattr(args, "database_url", None),
-                                       force_embedded=force_embedded)
+def _open(args: argparse.Namespace, *, db: config.Database | None = None, **options: object):
+    db = db or config.resolve_database(getattr(args, "database_url", None))
     conn = connect(db.url, prepare=not getattr(args, "no_prepare", False), **options)
     if db.embedded:
         schema.migrate(conn)
@@ -221,7 +274,7 @@ def _handlers(args: argparse.Namespace) -> tuple[dict, list[str]]:
 
 
 def _deadline(args: argparse.Namespace) -> float | None:
-    return None if args.max_runtime is None else PROCESS_START + args.max_runtime
+    return None if args.max_runtime is None else clock.process_start() + args.max_runtime
 
 
 def _stop_on_signals() -> threading.Event:
@@ -247,20 +300,21 @@ def _options(args: argparse.Namespace, queues: list[str]) -> Options:
                    archive_after=timedelta(days=args.archive_after), deadline=_deadline(args))
 
 
-def _drain_with_progress(conn: psycopg.Connection, handlers: dict, options: Options
-                         ) -> Summary:
+def _drain_with_progress(args: argparse.Namespace, handlers: dict, options: Options, *,
+                         db: config.Database | None = None) -> Summary:
+    """A drain with progress on stderr, reconnecting if its session drops."""
+    db = db or config.resolve_database(args.database_url)
     progress = Progress(sys.stderr)
-    summary = drain(conn, handlers, options, stop=_stop_on_signals(), on_batch=progress.update)
+    with _open(args, db=db) as conn:
+        summary = drain(conn, handlers, options, stop=_stop_on_signals(),
+                        on_batch=progress.update, reopen=partial(_open, args, db=db))
     progress.finish(summary)
     return summary
 
 
 def cmd_drain(args: argparse.Namespace) -> None:
     handlers, queues = _handlers(args)
-    options = _options(args, queues)
-    with _open(args) as conn:
-        summary = _drain_with_progress(conn, handlers, options)
-    _emit(summary.as_json())
+    _emit(_drain_with_progress(args, handlers, _options(args, queues)).as_json())
 
 
 def cmd_work(args: argparse.Namespace) -> None:
@@ -380,7 +434,7 @@ def cmd_cancel(args: argparse.Namespace) -> None:
         ids = queue.cancel(conn, args.ids)
     not_cancelled = sorted(set(args.ids) - set(ids))
     if not_cancelled:
-        log.warning("not cancelled (not queued, or no such job): %s",
+        log.warning("not cancelled (already done or failed, or no such job): %s",
                     ", ".join(map(str, not_cancelled)))
     _emit({"cancelled": len(ids), "ids": ids})
 
@@ -388,9 +442,10 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from . import demo, report
 
-    with _open(args, force_embedded=True) as conn:
+    db = config.resolve_database(None, force_embedded=True)
+    with _open(args, db=db) as conn:
         handlers = demo.enqueue_samples(conn)
-        summary = _drain_with_progress(conn, handlers, demo.OPTIONS)
+        summary = _drain_with_progress(args, handlers, demo.OPTIONS, db=db)
         print(report.format_stats(report.stats(conn)))
     print(demo.HINT, file=sys.stderr)
     _emit(summary.as_json())
@@ -423,9 +478,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(_argv(sys.argv[1:] if argv is None else argv))
         secret = password_of(config.database_url(getattr(args, "database_url", None)))
+        resolve(args)
         RUN[args.command](args)
         return 0
     except DrainerError as exc:
+        if exc.summary is not None:  # the work done before the error, as a drain reports it
+            _emit(exc.summary)
         print(f"drainer: error: {redact(str(exc), secret)}", file=sys.stderr)
         return exc.exit_code
     except SystemExit as exc:  # argparse: --help, --version, usage errors

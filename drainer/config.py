@@ -57,6 +57,33 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+# The shortest durations that make sense, in seconds; below them a value is a typo,
+# or makes the drain busy with itself.
+MIN_LEASE = 1.0  # a handler's heartbeat runs every lease/3: an UPDATE each time
+MIN_MAX_RUNTIME = 1.0  # the process's start and first connection take most of a second
+MIN_POLL_INTERVAL = 1.0  # each poll is a query, and keeps a compute awake
+MIN_MAX_READY_AGE = 1.0  # ready ages are reported in whole seconds
+
+
+def seconds_from(minimum: float) -> Callable[[str], float]:
+    """A parser of a duration of at least `minimum` seconds (and at most a century)."""
+
+    def parse(text: str) -> float:
+        value = _number(text, float, "a number of seconds")
+        if not minimum <= value <= MAX_SECONDS:
+            raise ValueError(f"{text!r} must be a number of seconds, at least {minimum:g} "
+                             "(at most a century)")
+        return value
+
+    return parse
+
+
+lease_seconds = seconds_from(MIN_LEASE)
+max_runtime_seconds = seconds_from(MIN_MAX_RUNTIME)
+poll_seconds = seconds_from(MIN_POLL_INTERVAL)
+max_ready_age_seconds = seconds_from(MIN_MAX_READY_AGE)
+
+
 def nonnegative_seconds(text: str) -> float:
     value = _number(text, float, "a number of seconds")
     if not 0 <= value <= MAX_SECONDS:

@@ -1,12 +1,19 @@
-"""Opening connections: one place that sets timeouts, application_name and autocommit."""
+"""Opening connections: one place that sets timeouts, application_name, the client
+encoding and autocommit; and what text the database's encoding can store."""
 
+import os
 from datetime import timedelta
+from functools import lru_cache
 
 import psycopg
+from psycopg import _encodings
 
 from .errors import ConfigError, translated
 
 APPLICATION_NAME = "drainer"
+# Python's strings hold any character: our connections speak UTF-8 whatever the
+# server's encoding, which converts what it can hold and refuses the rest.
+CLIENT_ENCODING = "UTF8"
 
 
 def parse_url(url: str) -> dict:
@@ -41,21 +48,63 @@ def connect(
 
     Timeouts travel in the startup packet, costing no statement. `prepare=False` is
     for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements, and
-    no startup `options`, which they refuse ("unsupported startup parameter"), so the
-    statement timeout behind one is the role's (ALTER ROLE ... SET statement_timeout).
-    libpq's PG* variables fill whatever the URL leaves out.
+    no startup `options` of ours, which they refuse ("unsupported startup parameter"),
+    so the statement timeout behind one is the role's (ALTER ROLE ... SET
+    statement_timeout). libpq's PG* variables fill whatever the URL leaves out:
+    `application_name` is only a fallback, and our options are merged with the user's.
+    The client encoding is always UTF-8 (see CLIENT_ENCODING).
     """
-    options = ""
+    ours = ""
     if statement_timeout is not None and prepare:
-        options = f"-c statement_timeout={int(statement_timeout.total_seconds() * 1000)}"
+        ours = f"-c statement_timeout={int(statement_timeout.total_seconds() * 1000)}"
     params = parse_url(url)
     with translated():
         conn = psycopg.connect(
             url,
             autocommit=True,
-            application_name=params.get("application_name", application_name),
+            fallback_application_name=application_name,
+            client_encoding=CLIENT_ENCODING,
             connect_timeout=max(1, int(connect_timeout)),
-            options=" ".join(filter(None, [params.get("options", ""), options])),
+            options=merged_options(params, ours),
             prepare_threshold=0 if prepare else None,
         )
     return conn
+
+
+def merged_options(params: dict, ours: str) -> str | None:
+    """The startup options: the URL's, else PGOPTIONS (libpq's own order), then ours.
+
+    Any `options` given to libpq replaces PGOPTIONS, so a search_path set there
+    would be lost (and `jobs` in another schema not found) unless merged here.
+    None when there are none, so libpq sends no `options` at all.
+    """
+    theirs = params["options"] if "options" in params else os.environ.get("PGOPTIONS", "")
+    return " ".join(filter(None, [theirs.strip(), ours])) or None
+
+
+def storable(text: str, conn: psycopg.Connection) -> str:
+    """`text` with each character the database cannot hold as a backslash escape
+    (a LATIN1 database keeps an emoji as \\U0001f600).
+
+    For text a handler chose, such as a failure's message: one character the server
+    cannot convert would fail the statement that writes the whole batch's results.
+    The connection's own encoding counts too (a user's connection may speak another).
+    """
+    server = conn.info.parameter_status("server_encoding") or "SQL_ASCII"
+    for codec in (_codec(server), conn.info.encoding):
+        if codec and codec != "utf-8":
+            text = text.encode(codec, "backslashreplace").decode(codec)
+    return text
+
+
+@lru_cache(maxsize=16)
+def _codec(server_encoding: str) -> str | None:
+    """The Python codec of a server encoding; None when any text fits (UTF8, and
+    SQL_ASCII, which stores bytes as they come); ASCII, which every server encoding
+    holds, for one Python has no codec for."""
+    if server_encoding in ("UTF8", "SQL_ASCII"):
+        return None
+    try:
+        return _encodings.pg2pyenc(server_encoding.encode())
+    except psycopg.NotSupportedError:
+        return "ascii"

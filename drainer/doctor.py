@@ -3,10 +3,14 @@ what to do about each finding (the seed's pitfalls, checked on the live database
 
 A "problem" makes `doctor` exit 1; a "note" is worth knowing but harmless alone.
 Session checks cover this database's sessions: the horizon that holds back vacuum
-is per database, and `doctor`'s own session is left out.
+is per database, and `doctor`'s own session is left out. Their query text is shown
+with its string literals and comments masked.
 """
 
+import itertools
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import psycopg
@@ -49,6 +53,101 @@ class Session:
 
     def describe(self) -> dict:
         return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+MASK = "***"
+# As PostgreSQL's lexer reads them; any character beyond ASCII counts as a letter.
+_IDENTIFIER = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
+
+
+def mask_literals(query: str) -> str:
+    """`query` with what its string literals and comments hold replaced by ***.
+
+    Another session's statement may carry a password (ALTER ROLE ... PASSWORD '...')
+    or personal data; its shape stays, enough to find the code that sent it. Whether
+    a backslash escapes a quote in a plain '...' depends on the sender's
+    standard_conforming_strings, which doctor cannot see: what either reading takes
+    for a literal is masked. A literal or comment cut off by the truncation of the
+    text is masked to its end."""
+    hidden = [False] * len(query)
+    for backslash_escapes in (False, True):
+        for start, end in _secret_spans(query, backslash_escapes):
+            hidden[start:end] = [True] * (end - start)
+    return "".join(MASK if masked else "".join(c for _, c in run)
+                   for masked, run in itertools.groupby(zip(hidden, query, strict=True),
+                                                        key=lambda pair: pair[0]))
+
+
+def _secret_spans(text: str, backslash_escapes: bool) -> Iterator[tuple[int, int]]:
+    """(start, end) of every literal's and comment's content, as PostgreSQL's lexer
+    reads them; quoted identifiers are names, shown as they are."""
+    i = 0
+    while i < len(text):
+        if text.startswith("--", i):
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            yield i + 2, end
+            i = end
+        elif text.startswith("/*", i):
+            end, after = _block_comment(text, i + 2)
+            yield i + 2, end
+            i = after
+        elif text[i] in "'\"":
+            end, after = _quoted(text, i + 1, text[i], text[i] == "'" and backslash_escapes)
+            if text[i] == "'":
+                yield i + 1, end
+            i = after
+        elif (tag := _DOLLAR_TAG.match(text, i)):
+            end = text.find(tag.group(), tag.end())
+            end = len(text) if end < 0 else end
+            yield tag.end(), end
+            i = min(len(text), end + len(tag.group()))
+        elif (name := _IDENTIFIER.match(text, i)):  # whole, so a $ in it starts no quote
+            i = name.end()
+            if name.group() in ("E", "e") and text.startswith("'", i):  # E'...': escapes
+                end, after = _quoted(text, i + 1, "'", True)
+                yield i + 1, end
+                i = after
+        else:
+            i += 1
+
+
+def _quoted(text: str, i: int, quote: str, backslash_escapes: bool) -> tuple[int, int]:
+    """From just inside a quote: where its content ends, and where reading goes on."""
+    while i < len(text):
+        # A backslash escapes the next character; a doubled quote stands for itself.
+        if (backslash_escapes and text[i] == "\\") or text.startswith(quote * 2, i):
+            i += 2
+        elif text[i] == quote:
+            return i, i + 1
+        else:
+            i += 1
+    return len(text), len(text)
+
+
+def _block_comment(text: str, i: int) -> tuple[int, int]:
+    """From just inside /*: where the content ends, and where reading goes on.
+    Block comments nest in SQL."""
+    depth = 1
+    while i < len(text):
+        if text.startswith("/*", i):
+            depth, i = depth + 1, i + 2
+        elif text.startswith("*/", i):
+            depth, i = depth - 1, i + 2
+            if depth == 0:
+                return i - 2, i
+        else:
+            i += 1
+    return len(text), len(text)
+
+
+def _session(row: tuple) -> Session:
+    """A session as doctor shows it, with nothing its query's literals hold."""
+    session = Session(*row)
+    if session.query:
+        session.query = mask_literals(session.query)
+    return session
 
 
 def _fetch(conn: psycopg.Connection, name: str, params: dict | None = None) -> list[tuple]:
@@ -209,7 +308,7 @@ def _jobs(conn: psycopg.Connection, max_ready_age: float) -> tuple[list[Finding]
 def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_READY_AGE
              ) -> list[Finding]:
     """Every finding, problems first; an empty list means healthy."""
-    sessions = [Session(*row) for row in _fetch(conn, "doctor_sessions")]
+    sessions = [_session(row) for row in _fetch(conn, "doctor_sessions")]
     job_findings, queues = _jobs(conn, max_ready_age)
     found = [*_transactions(sessions), *_vacuum(conn), *_claim_plan(conn, queues),
              *job_findings, *_awake(sessions), *_visibility(conn)]

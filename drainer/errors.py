@@ -1,7 +1,7 @@
 """The short hierarchy every driver error is translated into at the database boundary.
 
 Each message says what to do next and never contains a password; `exit_code` is
-what the CLI returns for it (see CONTRACT.md).
+what the CLI returns for it (the README's exit codes).
 """
 
 import re
@@ -16,6 +16,7 @@ class DrainerError(Exception):
     """Base class: an error a user can cause and fix; shown as one line, no traceback."""
 
     exit_code = 1
+    summary: dict | None = None  # a drain's summary JSON of the work done before the error
 
 
 class ConfigError(DrainerError):
@@ -44,6 +45,18 @@ class AuthenticationFailed(DrainerError):
 
 class SchemaMissing(DrainerError):
     """The `jobs` table (or a column of it) is not there."""
+
+    exit_code = 3
+
+
+class StatementCancelled(DrainerError):
+    """The server cancelled a statement before it finished: its statement_timeout or
+    lock_timeout ran out, or an administrator cancelled it (pg_cancel_backend).
+
+    The server is up, so it is not DatabaseUnavailable (and no reconnect helps), but
+    it is the same kind of failure: the database's state (busy, or a lock held by
+    another session), not the user's input. Exit code 3; a later run may succeed.
+    """
 
     exit_code = 3
 
@@ -95,6 +108,16 @@ def translate(exc: psycopg.Error) -> DrainerError:
         )
     if isinstance(exc, pg.InsufficientPrivilege):
         return ConfigError(f"permission denied ({detail}); grant the role what the drain needs")
+    if isinstance(exc, pg.ReadOnlySqlTransaction):  # also every write on a hot standby
+        return ConfigError(
+            f"the database is read-only ({detail}); point the drainer at a writable primary, "
+            "and check default_transaction_read_only of its role and database")
+    if isinstance(exc, pg.QueryCanceled | pg.LockNotAvailable):
+        return StatementCancelled(
+            f"a statement was cancelled ({detail}): a statement timeout, a lock timeout or an "
+            "administrator's cancel; the database is busy or a lock is held, see `drainer doctor`")
+    if isinstance(exc, pg.UntranslatableCharacter):
+        return BadInput(f"the database's encoding cannot hold a character of the value ({detail})")
     if isinstance(exc, pg.DataError | pg.IntegrityError | pg.ProgramLimitExceeded):
         return BadInput(f"the database refused the value: {detail}")
     if isinstance(exc, psycopg.OperationalError) and _BAD_OPTION.search(detail):
@@ -108,8 +131,19 @@ def translate(exc: psycopg.Error) -> DrainerError:
 
 @contextmanager
 def translated() -> Iterator[None]:
-    """Run a block with psycopg errors translated into DrainerError."""
+    """Run a block with psycopg errors translated into DrainerError, and a value the
+    connection's encoding cannot carry (a user's LATIN1 connection) into BadInput."""
     try:
         yield
     except psycopg.Error as exc:
         raise translate(exc) from exc
+    except UnicodeEncodeError as exc:
+        raise unencodable(exc) from exc
+
+
+def unencodable(exc: UnicodeEncodeError) -> BadInput:
+    """BadInput naming the first character psycopg could not encode for the server."""
+    char = exc.object[exc.start:exc.start + 1] if isinstance(exc.object, str) else ""
+    shown = f" {char!r} (U+{ord(char):04X})" if char else ""
+    return BadInput(f"the database's encoding ({exc.encoding}, as the connection speaks it) "
+                    f"cannot hold the character{shown}")

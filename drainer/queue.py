@@ -14,8 +14,10 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 import psycopg
+from psycopg.abc import AdaptContext, Buffer
 from psycopg.types.json import JsonbLoader
 
+from .db import storable
 from .errors import BadInput, translated
 from .sql import QUERIES
 
@@ -191,17 +193,27 @@ def claim_sql(limit: int) -> str:
 _decode = json.JSONDecoder().decode
 
 
-def _loads(data: bytes) -> object:
+def _loads(data: Buffer, encoding: str = "utf-8") -> object:
     try:
-        return _decode(data.decode("utf-8", "surrogatepass"))  # as json.loads decodes UTF-8
-    except (RecursionError, ValueError) as exc:
+        # surrogatepass: as json.loads decodes UTF-8 (other codecs ignore it)
+        return _decode(str(data, encoding, "surrogatepass"))
+    except (RecursionError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         return Undecodable(f"{type(exc).__name__}: {exc}")
 
 
 class _PayloadLoader(JsonbLoader):
-    """Claimed payloads (jsonb, text format): one json cannot load is Undecodable."""
+    """Claimed payloads (jsonb, text format): one json cannot load is Undecodable.
 
-    _loads = staticmethod(_loads)
+    The server sends text in the connection's client encoding: UTF-8 on drainer's
+    own connections, but a user's connection to a LATIN1 database speaks LATIN1,
+    and its 'é' is not valid UTF-8."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None):
+        super().__init__(oid, context)
+        self.encoding = self.connection.info.encoding if self.connection else "utf-8"
+
+    def load(self, data: Buffer) -> object:
+        return _loads(data, self.encoding)
 
 
 def complete(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
@@ -270,8 +282,8 @@ def settle(
     and commit together, at once. Only the non-empty parts are sent."""
     with translated(), conn.pipeline():
         done = _run(conn, "complete", _pairs(succeeded)) if succeeded else None
-        params = {**_pairs([job for job, _ in failures]), "errors": [e for _, e in failures],
-                  "now": now}
+        params = {**_pairs([job for job, _ in failures]),
+                  "errors": [storable(e, conn) for _, e in failures], "now": now}
         failed = _run(conn, "fail", params) if failures else None
         released = _run(conn, "release", _pairs(unstarted)) if unstarted else None
         claimed = _claim(conn, *claim_next) if claim_next else None
@@ -317,11 +329,13 @@ def archive(
 @dataclass(frozen=True)
 class Due:
     """`next_due` and where it comes from: the earliest queued job's run_at and the
-    earliest running job's lease end (None when there is none)."""
+    earliest running job's lease end (None when there is none); `now`, the database
+    clock when they were read, for decisions about them taken outside SQL (wake-ups)."""
 
     next_due: datetime | None
     run_at: datetime | None
     lease_end: datetime | None
+    now: datetime
 
 
 def due(conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None) -> Due:
@@ -336,11 +350,6 @@ def next_due(
     return due(conn, queues, now=now).next_due
 
 
-def database_now(conn: psycopg.Connection) -> datetime:
-    """The database clock's now(), for decisions about job times taken outside SQL."""
-    return _run(conn, "now").fetchone()[0]
-
-
 def has_archive(conn: psycopg.Connection) -> bool:
     """Whether `migrate` created the archive table (else archiving deletes)."""
     return _run(conn, "has_archive").fetchone()[0]
@@ -349,14 +358,15 @@ def has_archive(conn: psycopg.Connection) -> bool:
 def requeue(
     conn: psycopg.Connection, *, queue: str | None = None, ids: Sequence[int] = ()
 ) -> list[int]:
-    """Failed jobs of `queue`, or with these ids, back to queued with fresh attempts."""
-    if queue is not None:
-        rows = _run(conn, "requeue_queue", {"queue": queue})
-    else:
-        rows = _run(conn, "requeue_ids", {"ids": list(ids)})
+    """Failed jobs of `queue` (cancelled ones left alone), or with these ids, back to
+    queued with a fresh budget: max_attempts rises, attempts is never lowered (it is
+    the ownership token of every claim)."""
+    rows = _run(conn, "requeue", {"queue": queue, "ids": list(ids)})
     return sorted(row[0] for row in rows)
 
 
 def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
-    """Withdraw queued jobs: status failed, last_error 'cancelled'; returns those withdrawn."""
+    """Withdraw queued or running jobs: status failed, last_error 'cancelled'; returns
+    those withdrawn. A running job's handler is not stopped, but whatever its worker
+    writes afterwards changes nothing."""
     return sorted(row[0] for row in _run(conn, "cancel", {"ids": list(ids)}))

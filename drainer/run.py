@@ -5,19 +5,21 @@ claim and when to stop, and those decisions live in `Sizer`, so the cloud entry
 points and the simulator use the very same code.
 """
 
+import contextlib
 import logging
 import math
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import psycopg
 
 from . import clock, queue
 from .batch import Batch, Outcome
-from .errors import ConfigError
-from .tasks import Handler
+from .errors import ConfigError, DatabaseUnavailable, DrainerError
+from .tasks import Handler, timeout_of
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class Summary:
     # next_due's sources, for the wake-up decisions (drainer.wake); not in the JSON.
     next_run_at: datetime | None = None
     next_lease_end: datetime | None = None
+    ended_at: datetime | None = None  # the database clock when next_due was read
 
     def plus(self, later: "Summary") -> "Summary":
         """`later` (its stop reason, next_due...) with this summary's counts added to its
@@ -54,7 +57,7 @@ class Summary:
 
     def as_json(self) -> dict:
         data = asdict(self)
-        del data["next_run_at"], data["next_lease_end"]
+        del data["next_run_at"], data["next_lease_end"], data["ended_at"]
         data["seconds"] = round(self.seconds, 3)
         data["next_due"] = self.next_due.isoformat() if self.next_due else None
         return data
@@ -77,6 +80,11 @@ class Sizer:
         self.concurrency = concurrency
         self.size = pinned or self.START
         self.per_job: float | None = None  # observed wall seconds per job, smoothed
+        self.longest: dict[str, float] = {}  # queue -> the longest handler run seen
+
+    def took(self, queue: str, seconds: float) -> None:
+        """Learn how long one of `queue`'s handlers ran (as soon as it ends)."""
+        self.longest[queue] = max(seconds, self.longest.get(queue, 0.0))
 
     def observe(self, jobs: int, wall: float, full: bool) -> None:
         """Learn from a finished batch of `jobs` that took `wall` seconds."""
@@ -101,11 +109,20 @@ class Sizer:
             return min(self.size, self.concurrency)  # nothing observed yet: one round
         return min(self.size, math.floor(remaining / max(self.per_job, 1e-6)))
 
-    def may_start(self, remaining: float | None) -> bool:
-        """Whether one more job is expected to finish in `remaining` seconds."""
+    def may_start(self, remaining: float | None, queue: str | None = None,
+                  timeout: float | None = None) -> bool:
+        """Whether a job of `queue` can finish in `remaining` seconds, judged from the
+        longest that queue's handlers have run (a mean would start a slow job after
+        fast ones with too little time left), and never longer than the task's
+        `timeout`; from the mean of every job when none of the queue has run yet."""
         if remaining is None:
             return True
-        return remaining > (self.per_job or 0.0)
+        longest = self.longest.get(queue) if queue is not None else None
+        if longest is None:
+            longest = timeout if timeout is not None else self.per_job or 0.0
+        elif timeout is not None:
+            longest = min(longest, timeout)
+        return remaining > longest
 
 
 @dataclass
@@ -118,6 +135,52 @@ class Options:
     deadline: float | None = None  # on the clock seam's monotonic scale
 
 
+Reopen = Callable[[], psycopg.Connection]
+T = TypeVar("T")
+# Pauses before each new connection when the drain's session drops (an idle limit
+# of the server or a pooler, a restart); then the drain gives up (exit 3).
+RECONNECTS = (0.0, 0.5, 2.0)
+
+
+class Link:
+    """The drain's connection, opened again when its session drops, for what may
+    safely be sent twice: guarded writes (complete, fail, extend), claims, reads.
+    Connections it opened, it closes; the caller's stays the caller's."""
+
+    def __init__(self, conn: psycopg.Connection, reopen: Reopen | None):
+        self.conn = conn
+        self.reopen = reopen
+        self.opened: list[psycopg.Connection] = []
+        self.lock = threading.Lock()  # heartbeats come from handler threads too
+
+    def send(self, first: Callable[[psycopg.Connection], T],
+             again: Callable[[psycopg.Connection], T] | None = None) -> T:
+        """`first(conn)`; if the session drops, `again` (default: `first`) on a new one."""
+        with self.lock:
+            try:
+                return first(self.conn)
+            except DatabaseUnavailable as exc:
+                if self.reopen is None:
+                    raise
+                lost = exc
+            for pause in RECONNECTS:
+                clock.sleep(pause)
+                log.warning("database connection lost (%s); sending again on a new one",
+                            lost)
+                try:
+                    self.conn = self.reopen()
+                    self.opened.append(self.conn)
+                    return (again or first)(self.conn)
+                except DatabaseUnavailable as exc:
+                    lost = exc
+            raise lost
+
+    def close(self) -> None:
+        for conn in self.opened:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
 def drain(
     conn: psycopg.Connection,
     handlers: dict[str, Handler],
@@ -126,17 +189,42 @@ def drain(
     stop: threading.Event | None = None,
     on_batch: Callable[[Summary], None] | None = None,
     on_claim: Callable[[], None] | None = None,
+    reopen: Reopen | None = None,
 ) -> Summary:
     """One drain on `conn`, which must be an autocommit connection. `on_claim` is
     called once, when the drain first holds jobs and before any handler starts (the
-    cloud run arms its dead-man's switch there)."""
+    cloud run arms its dead-man's switch there). `reopen` opens a new connection when
+    the session drops mid-drain; without it the drain stops with the error.
+
+    A DrainerError raised after the drain began carries `summary`, the JSON of the
+    work done until then."""
     missing = sorted(set(options.queues) - set(handlers))
     if missing or not options.queues:
         raise ConfigError(f"no handler for queues {missing}" if missing else "no queues to drain")
+    if not conn.autocommit:
+        raise ConfigError("drain() needs an autocommit connection (psycopg.connect(url, "
+                          "autocommit=True)): on any other, its claims would stay in an "
+                          "open transaction while the handlers run")
     began = clock.monotonic()
-    stop = stop or threading.Event()
     summary = Summary()
-    summary.reaped, has_archive = queue.start(conn)
+    link = Link(conn, reopen)
+    try:
+        _drain(link, handlers, options, stop or threading.Event(), summary, on_batch, on_claim)
+    except DrainerError as exc:
+        summary.seconds = clock.monotonic() - began
+        exc.summary = summary.as_json()
+        raise
+    finally:
+        link.close()
+    summary.seconds = clock.monotonic() - began
+    return summary
+
+
+def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: threading.Event,
+           summary: Summary, on_batch: Callable[[Summary], None] | None,
+           on_claim: Callable[[], None] | None) -> None:
+    """The drain's steps, counted into `summary` as they happen."""
+    summary.reaped, has_archive = link.send(queue.start)
     sizer = Sizer(options.batch_size, options.concurrency)
 
     def remaining() -> float | None:
@@ -149,20 +237,22 @@ def drain(
         size = sizer.fits(remaining())
         return (size, "empty") if size >= 1 else (0, "deadline")
 
+    def may_start(job: queue.Job) -> bool:
+        return not stop.is_set() and sizer.may_start(
+            remaining(), job.queue, timeout_of(handlers[job.queue]))
+
     size, summary.stopped = next_size()
-    jobs = queue.claim(conn, options.queues, size, options.lease) if size else []
+    sent = clock.monotonic()
+    jobs = link.send(lambda c: queue.claim(c, options.queues, size, options.lease)) if size else []
     if jobs and on_claim:
         on_claim()
     while jobs:
         batch_began = clock.monotonic()
         outcome = Batch(
-            jobs,
-            handlers,
-            concurrency=options.concurrency,
-            lease=options.lease,
-            extend=lambda js: queue.extend(conn, js, options.lease),
-            may_start=lambda: not stop.is_set() and sizer.may_start(remaining()),
-            stop=stop,
+            jobs, handlers, concurrency=options.concurrency, lease=options.lease,
+            extend=lambda js: link.send(lambda c: queue.extend(c, js, options.lease)),
+            may_start=may_start, stop=stop, confirmed=sent,
+            took=lambda job, seconds: sizer.took(job.queue, seconds),
         ).run()
         started = len(jobs) - len(outcome.unstarted)
         sizer.observe(started, clock.monotonic() - batch_began, full=len(jobs) == size)
@@ -170,34 +260,46 @@ def drain(
             size, summary.stopped = 0, "deadline"
         else:
             size, summary.stopped = next_size()
-        # This batch's results and the next claim share one round trip.
-        settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
-                               claim_next=(options.queues, size, options.lease) if size else None)
+        sent = clock.monotonic()
+        settled = _settle(link, outcome, (options.queues, size, options.lease) if size else None)
         _record(settled, outcome, summary, len(jobs))
         if on_batch:
             on_batch(summary)
         jobs = settled.claimed
 
-    summary.archived = queue.archive(conn, options.archive_after, to_table=has_archive)
-    due = queue.due(conn, options.queues)
-    summary.next_due, summary.next_run_at, summary.next_lease_end = (
-        due.next_due, due.run_at, due.lease_end)
-    summary.seconds = clock.monotonic() - began
-    return summary
+    summary.archived = link.send(
+        lambda c: queue.archive(c, options.archive_after, to_table=has_archive))
+    due = link.send(lambda c: queue.due(c, options.queues))
+    summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
+        due.next_due, due.run_at, due.lease_end, due.now)
+
+
+def _settle(link: Link, outcome: Outcome,
+            claim_next: tuple[list[str], int, timedelta] | None) -> queue.Settled:
+    """Write a batch back with the next claim in one round trip. If the session drops,
+    the results (guarded, so harmless if they had landed) and the claim go again on a
+    new connection, but not the release: it lowers attempts, and had it landed,
+    another worker may hold those jobs now. They are left to their lease."""
+    return link.send(
+        lambda c: queue.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
+                               claim_next=claim_next),
+        lambda c: queue.settle(c, outcome.succeeded, outcome.failed, (), claim_next=claim_next))
 
 
 def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:
-    """Count a batch's results as written back."""
-    done, statuses = settled.done, settled.failed
+    """Count a batch's results as written back, each job once: a job is lost when the
+    heartbeat found it taken over, or when its guarded write changed nothing."""
     lost = (
-        len(outcome.lost)
-        + len(outcome.succeeded) - len(done)
-        + len(outcome.failed) - len(statuses)
+        outcome.lost
+        | {job.id for job in outcome.succeeded if job.id not in settled.done}
+        | {job.id for job, _ in outcome.failed if job.id not in settled.failed}
     )
     if lost:
-        log.warning("jobs lost: %d no longer ours (lease expired and taken over)", lost)
+        log.warning("jobs lost: %d no longer ours (lease expired and taken over, or "
+                    "cancelled)", len(lost))
+    statuses = settled.failed.values()
     summary.claimed += claimed - len(outcome.unstarted) - len(outcome.abandoned)
-    summary.done += len(done)
-    summary.failed += sum(1 for s in statuses.values() if s == "failed")
-    summary.retried += sum(1 for s in statuses.values() if s == "queued")
-    summary.lost += lost
+    summary.done += len(settled.done)
+    summary.failed += sum(1 for s in statuses if s == "failed")
+    summary.retried += sum(1 for s in statuses if s == "queued")
+    summary.lost += len(lost)

@@ -194,7 +194,7 @@ def work(
         conn = claims()
         while not stop.is_set():
             try:
-                summary = drain(conn, handlers, options, stop=stop,
+                summary = drain(conn, handlers, options, stop=stop, reopen=claims,
                                 on_batch=lambda _s: listener.discard())
                 _log(summary)
                 total = total.plus(summary)

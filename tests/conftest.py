@@ -9,6 +9,7 @@ SKIP LOCKED and leases get real, separate sessions.
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,32 @@ for _name, _examples in (("quick", 10), ("soak", 1000)):
 settings.load_profile("quick")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# What this run must not do without (comma-separated; CI sets it): a test that would
+# skip for want of one fails instead, so a run cannot pass without that coverage.
+# pgbouncer: the binary, for the transaction-pooler tests; matplotlib: the `bench`
+# extra, for the simulator's chart; pgNN (pg15, pg18): the session's server is that
+# major version (the run really is on the PostgreSQL it is meant to be).
+REQUIRE = frozenset(filter(None, (n.strip() for n in
+                                  os.environ.get("DRAINER_TEST_REQUIRE", "").split(","))))
+_REQUIRABLE = re.compile(r"pgbouncer|matplotlib|pg\d+")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    unknown = sorted(n for n in REQUIRE if not _REQUIRABLE.fullmatch(n))
+    if unknown:
+        raise pytest.UsageError(f"DRAINER_TEST_REQUIRE: unknown {unknown}; "
+                                "known: pgbouncer, matplotlib, pgNN (e.g. pg15)")
+
+
+def unavailable(name: str, why: str) -> None:
+    """Skip the test for want of `name`, or fail it when DRAINER_TEST_REQUIRE names it."""
+    __tracebackhide__ = True  # report the test's line, not this one
+    if name in REQUIRE:
+        pytest.fail(f"{why} (DRAINER_TEST_REQUIRE={name})", pytrace=False)
+    pytest.skip(why)
+
+
 TEMPLATE = "drainer_template"
 _names = itertools.count()
 
@@ -54,10 +81,12 @@ class Server:
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_url, autocommit=True)
 
-    def create_database(self, template: str = "template0") -> str:
+    def create_database(self, template: str = "template0", encoding: str | None = None) -> str:
         name = f"t_{os.getpid()}_{next(_names)}"
+        # Another encoding needs the C locale, which every encoding accepts.
+        spec = f" ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'" if encoding else ""
         with self.admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{spec}')
         return name
 
     def drop_database(self, name: str) -> None:
@@ -73,6 +102,14 @@ def server() -> Iterator[Server]:
         cluster = Cluster(os.environ.get("DRAINER_TEST_PG_BIN") or None).start()
         url = cluster.url()
     srv = Server(url, cluster)
+    with srv.admin() as conn:
+        major = conn.info.server_version // 10000  # 150004: 15.4
+    wanted = {int(n[2:]) for n in REQUIRE if n.startswith("pg") and n[2:].isdigit()}
+    if wanted - {major}:
+        if cluster:
+            cluster.stop()
+        pytest.fail(f"DRAINER_TEST_REQUIRE wants PostgreSQL {sorted(wanted)}, but the "
+                    f"server is {major}", pytrace=False)
     srv.drop_database(TEMPLATE)
     with srv.admin() as conn:
         conn.execute(f'CREATE DATABASE "{TEMPLATE}" TEMPLATE template0')
@@ -99,6 +136,18 @@ def empty_db_url(server: Server) -> Iterator[str]:
     """A fresh database with no schema at all."""
     name = server.create_database()
     yield server.url(name)
+    server.drop_database(name)
+
+
+@pytest.fixture
+def latin1_db_url(server: Server) -> Iterator[str]:
+    """A fresh, migrated LATIN1 database: 'é' fits, an emoji does not, and a client's
+    encoding follows the server's unless the client asks for another."""
+    name = server.create_database(encoding="LATIN1")
+    url = server.url(name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+    yield url
     server.drop_database(name)
 
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import drainer
 from drainer import cli
 from drainer.cluster import free_port
-from drainer.config import MAX_DAYS, MAX_SECONDS, env_name
+from drainer.config import MAX_DAYS, MAX_SECONDS, MIN_LEASE, MIN_MAX_RUNTIME, env_name
 from tests.conftest import ROOT, count, run_cli
 
 SECRET = "pw-Xk3-never-shown"
@@ -297,14 +297,15 @@ def test_a_payload_python_cannot_load_fails_its_job_and_the_batch_goes_on(conn):
 # --- option values --------------------------------------------------------------------
 
 DRAIN_OPTIONS = {  # option: (parse, in range)
-    "--lease": (float, lambda v: 0 < v <= MAX_SECONDS),
-    "--max-runtime": (float, lambda v: 0 < v <= MAX_SECONDS),
+    "--lease": (float, lambda v: MIN_LEASE <= v <= MAX_SECONDS),
+    "--max-runtime": (float, lambda v: MIN_MAX_RUNTIME <= v <= MAX_SECONDS),
     "--archive-after": (float, lambda v: 0 <= v <= MAX_DAYS),
     "--batch-size": (int, lambda v: 1 <= v < 2**63),  # PostgreSQL's bigint
     "--concurrency": (int, lambda v: 1 <= v < 2**63),
 }
 VALUES = (st.floats().map(repr) | st.integers(-(10**25), 10**25).map(str)
-          | st.sampled_from(["0", "-0", "1e-300", "1e300", "nan", "inf", "-1", "", " 5 ",
+          | st.sampled_from(["0", "-0", "1e-300", "0.0001", "0.999", "1", "1e300", "nan",
+                             "inf", "-1", "", " 5 ",
                              "3155760000", "3155760001", "36525", "36526", "1_000", "٣",
                              str(2**63), str(2**63 - 1)])
           | st.integers(4301, 5000).map(lambda n: "9" * n)

@@ -1,14 +1,19 @@
 """The command line as a user meets it: real processes, exit codes, messages, help."""
 
+import argparse
 import json
+import os
 import re
 
 import pytest
 
-from drainer.cli import COMMANDS, build_parser
+from drainer import cli
+from drainer.cli import COMMANDS, build_parser, settings_of
 from drainer.cluster import free_port
+from drainer.config import MIN_LEASE, MIN_MAX_READY_AGE, MIN_MAX_RUNTIME, MIN_POLL_INTERVAL
 from drainer.db import connect
-from tests.conftest import clean_env, count, run_cli
+from drainer.errors import DatabaseUnavailable, DrainerError
+from tests.conftest import ROOT, clean_env, count, run_cli
 from tests.test_processes import summary_of
 
 SECRET = "hunter2-Zq9"
@@ -22,23 +27,63 @@ def one_line_error(result, code: int) -> str:
     return lines[0]
 
 
+def offered(command: str) -> set[str]:
+    """The options `drainer COMMAND` accepts, from its parser."""
+    [subparsers] = [a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction)]
+    return {s for a in subparsers.choices[command]._actions for s in a.option_strings}
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())  # help text wraps anywhere
+
+
 def test_help_documents_every_command_and_option_with_its_variable():
     top = run_cli("--help")
     assert top.returncode == 0 and "DRAINER_" in top.stdout
     for command in COMMANDS:
         assert command in top.stdout
-    subparsers = next(a for a in build_parser()._actions if a.choices)
-    for command, parser in subparsers.choices.items():
-        shared = [a for group in parser._action_groups if group.title in ("database", "drain")
-                  for a in group._group_actions]
-        assert shared or command == "demo"
-        for action in shared:
-            assert "[DRAINER_" in action.help, f"{command} {action.option_strings}"
-            assert action.option_strings[0] in run_cli(command, "--help").stdout
+        text = run_cli(command, "--help").stdout
+        assert settings_of(command) or command == "demo"
+        for setting in settings_of(command):
+            assert setting.option in text and f"[{setting.env}]" in text, (command, setting.option)
     drain = run_cli("drain", "--help").stdout
     for flag in ("--database-url", "--queue", "--batch-size", "--lease", "--max-runtime",
                  "--concurrency", "--tasks", "--archive-after", "DRAINER_QUEUES"):
         assert flag in drain
+
+
+DATABASE = {"-h", "--help", "--database-url", "--no-prepare"}
+DRAIN = {"--queue", "--tasks", "--batch-size", "--lease", "--max-runtime", "--concurrency",
+         "--archive-after"}
+
+
+def test_each_command_offers_only_the_options_it_uses():
+    assert offered("drain") == DATABASE | DRAIN
+    assert offered("work") == DATABASE | DRAIN | {"--listen-url", "--poll-interval"}
+    assert offered("archive") == DATABASE | {"--archive-after"}
+    assert offered("doctor") == DATABASE | {"--json", "--max-ready-age"}
+    for command in ("migrate", "reap", "cancel"):
+        assert offered(command) == DATABASE
+    assert offered("demo") == {"-h", "--help"}
+    archive = run_cli("archive", "--help").stdout
+    assert "--archive-after" in archive and "DRAINER_ARCHIVE_AFTER" in archive
+    for flag in DRAIN - {"--archive-after"}:
+        assert flag not in archive
+
+
+def test_help_gives_the_bounds_of_durations():
+    drain, work = flat(run_cli("drain", "--help").stdout), flat(run_cli("work", "--help").stdout)
+    assert f"at least {MIN_LEASE:g}" in drain and f"at least {MIN_MAX_RUNTIME:g}" in drain
+    assert f"at least {MIN_POLL_INTERVAL:g}" in work
+    assert f"at least {MIN_MAX_READY_AGE:g}" in flat(run_cli("doctor", "--help").stdout)
+
+
+def test_requeue_and_cancel_say_what_they_do_to_cancelled_and_running_jobs():
+    assert "a queue's requeue leaves cancelled jobs alone" in flat(
+        run_cli("requeue", "--help").stdout)
+    assert "a running handler's result is then ignored" in flat(
+        run_cli("cancel", "--help").stdout)
 
 
 def test_version():
@@ -50,7 +95,11 @@ def test_version():
     (["--bogus"], "unrecognized arguments"),
     (["--batch-size", "-3"], "at least 1"),
     (["--concurrency", "lots"], "not a whole number"),
-    (["--lease", "0"], "above 0"),
+    (["--lease", "0"], "at least 1"),
+    (["--lease", "0.0005"], "at least 1"),  # its heartbeat would spin
+    (["--max-runtime", "0.05"], "at least 1"),
+    (["work", "--poll-interval", "0.001"], "at least 1"),
+    (["doctor", "--max-ready-age", "0"], "at least 1"),
     (["enqueue"], "QUEUE"),
 ])
 def test_usage_errors_exit_2(args, message):
@@ -61,6 +110,75 @@ def test_bad_environment_value_names_the_variable(db_url):
     env = clean_env(DRAINER_BATCH_SIZE="many")
     line = one_line_error(run_cli("drain", "--database-url", db_url, env=env), 2)
     assert "DRAINER_BATCH_SIZE" in line
+    env = clean_env(DRAINER_LEASE="0.001")
+    line = one_line_error(run_cli("drain", "--database-url", db_url, env=env), 2)
+    assert "DRAINER_LEASE" in line and "at least 1" in line
+
+
+# A bad variable, and the one command (with its arguments) that reads it.
+READERS = {"DRAINER_LEASE": ["drain", "--tasks", "noop"],
+           "DRAINER_BATCH_SIZE": ["drain", "--tasks", "noop"],
+           "DRAINER_POLL_INTERVAL": ["work", "--tasks", "noop"],
+           "DRAINER_MAX_READY_AGE": ["doctor"]}
+
+
+@pytest.mark.parametrize("variable", sorted(READERS))
+def test_a_bad_variable_breaks_only_the_command_that_reads_it(db_url, variable):
+    env, url = clean_env(**{variable: "abc"}), ["--database-url", db_url]
+    reader = READERS[variable]
+    others = [["--version"], ["migrate", "--help"], ["drain", "--help"], ["archive", "--help"],
+              ["migrate", *url], ["enqueue", "q", "{}", *url], ["archive", *url],
+              ["stats", *url], *([["drain", "--tasks", "noop", *url]] * (reader[0] != "drain"))]
+    for args in others:
+        result = run_cli(*args, env=env)
+        assert result.returncode == 0, (args, result.stderr)
+    assert variable in one_line_error(run_cli(*reader, *url, env=env), 2)
+
+
+def test_the_command_line_wins_over_a_bad_variable(db_url):
+    env = clean_env(DRAINER_LEASE="abc", DRAINER_BATCH_SIZE="0")
+    result = run_cli("drain", "--database-url", db_url, "--tasks", "noop", "--lease", "5",
+                     "--batch-size", "3", env=env)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("slow", ["start", "task import"])
+def test_max_runtime_counts_from_the_process_start(db_url, slow):
+    """A start slower than --max-runtime (a heavy site-packages before drainer is
+    imported, or a task module's import) leaves no time: nothing is claimed."""
+    with connect(db_url) as conn:
+        conn.execute("INSERT INTO jobs (payload) VALUES ('{}')")
+    env = clean_env(SLOW_START_SECONDS="2" if slow == "start" else "0",
+                    SLOW_IMPORT_SECONDS="2" if slow == "task import" else "0")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "slow_start"), env["PYTHONPATH"]])
+    result = run_cli("drain", "--database-url", db_url, "--tasks", "slow_import",
+                     "--max-runtime", "1", env=env)
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(result.stdout)
+    assert (summary["stopped"], summary["claimed"]) == ("deadline", 0)
+    with connect(db_url) as conn:
+        assert count(conn, "status = 'queued' AND attempts = 0") == 1
+
+
+def test_an_error_after_work_was_done_prints_that_work_first(monkeypatch, capsys):
+    """A drain that fails midway (say the database went away) still reports what it
+    did: the summary as stdout's last line, then the error."""
+    done = {"claimed": 2, "done": 2, "retried": 0, "failed": 0, "lost": 0, "reaped": 0,
+            "archived": 0, "seconds": 0.1, "stopped": "empty", "next_due": None}
+
+    def fail_midway(_args: object) -> None:
+        error = DatabaseUnavailable("database unavailable (gone); check the URL")
+        error.summary = done
+        raise error
+
+    monkeypatch.setitem(cli.RUN, "reap", fail_midway)
+    code = cli.main(["reap", "--database-url", "postgresql://u@127.0.0.1:1/db"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    assert json.loads(out.strip().splitlines()[-1]) == done
+    assert err.strip().splitlines() == ["drainer: error: database unavailable (gone); "
+                                        "check the URL"]
+    assert DrainerError.summary is None  # an error with no work done prints no summary
 
 
 def test_no_tasks(db_url):

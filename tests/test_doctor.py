@@ -2,6 +2,7 @@
 do, and a healthy database reports nothing."""
 
 import json
+import os
 import threading
 import time
 from datetime import timedelta
@@ -123,3 +124,75 @@ def test_a_listen_session_is_a_note(db_url):
     [finding] = report["findings"]
     assert (finding["check"], finding["severity"]) == ("listen_sessions", "note")
     assert finding["details"][0]["application_name"] == "listener"
+
+
+PASSWORD = "hunter2-secret"
+
+
+def parts(secret: str, size: int = 4) -> list[str]:
+    """Every piece of `secret` long enough to give it away."""
+    return [secret[i:i + size] for i in range(len(secret) - size + 1)]
+
+
+@pytest.mark.parametrize("query, shown", [
+    ("ALTER ROLE app PASSWORD 'hunter2-secret'", "ALTER ROLE app PASSWORD '***'"),
+    ("SELECT 'it''s', x FROM t WHERE y = 'z'", "SELECT '***', x FROM t WHERE y = '***'"),
+    ("SELECT E'a\\'b\\\\', 'c'", "SELECT E'***', '***'"),
+    ("SELECT e'\\\\' || 'x'", "SELECT e'***' || '***'"),
+    ("DO $fn$ BEGIN RAISE 'x'; END $fn$; SELECT $$y$$", "DO $fn$***$fn$; SELECT $$***$$"),
+    # Parameters, and an identifier's $, start no quote; the last $x$ opens one.
+    ("SELECT $1, $2::text FROM t WHERE a$b$ = $x$c", "SELECT $1, $2::text FROM t WHERE "
+     "a$b$ = $x$***"),
+    ('SELECT "it\'s" FROM "a""b" WHERE c = \'d\'', 'SELECT "it\'s" FROM "a""b" WHERE c = \'***\''),
+    ("SELECT 1 -- the password is x\nFROM t /* a /* nested */ comment */ WHERE b",
+     "SELECT 1 --***\nFROM t /*****/ WHERE b"),
+    ("SELECT 'cut off mid-liter", "SELECT '***"),
+    ("SELECT E'cut \\' off", "SELECT E'***"),
+    ("SELECT $q$cut off", "SELECT $q$***"),
+    ("LISTEN jobs", "LISTEN jobs"),
+    ("", ""),
+])
+def test_query_text_is_shown_without_its_literals_or_comments(query, shown):
+    assert doctor.mask_literals(query) == shown
+
+
+@pytest.mark.parametrize("query", [
+    f"ALTER ROLE app PASSWORD '{PASSWORD}'",
+    f"ALTER ROLE app PASSWORD E'\\'{PASSWORD}\\''",
+    f"ALTER ROLE app PASSWORD $pw${PASSWORD}$pw$",
+    f"ALTER ROLE app PASSWORD $${PASSWORD}$$",
+    # Either reading of a backslash in a plain literal: standard_conforming_strings on
+    # (the literal ends at the first quote), and off (\\' is a quote inside it).
+    f"ALTER ROLE app PASSWORD 'a\\', '{PASSWORD}'",
+    f"ALTER ROLE app PASSWORD 'a\\'{PASSWORD}'",
+    f"SELECT 1 -- {PASSWORD}\n",
+    f"SELECT /* {PASSWORD} */ 1",
+])
+def test_no_piece_of_a_literal_is_shown_wherever_the_text_is_cut(query):
+    for end in range(len(query) + 1):  # doctor shows the first 200 characters
+        masked = doctor.mask_literals(query[:end])
+        assert not any(part in masked for part in parts(PASSWORD)), masked
+
+
+@pytest.fixture
+def role(server):
+    name = f"someone_{os.getpid()}"
+    with server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{name}"')
+    yield name
+    with server.admin() as admin:
+        admin.execute(f'DROP ROLE "{name}"')
+
+
+def test_doctor_never_shows_a_password_from_another_sessions_query(db_url, role):
+    with psycopg.connect(db_url, application_name="rotating") as holder:
+        holder.execute(f"ALTER ROLE \"{role}\" PASSWORD '{PASSWORD}'")  # BEGIN; left open
+        time.sleep(doctor.IDLE_IN_TRANSACTION + 0.2)
+        text = run_cli("doctor", "--database-url", db_url)
+        as_json = run_cli("doctor", "--json", "--database-url", db_url)
+        holder.rollback()
+    for result in (text, as_json):
+        assert result.returncode == 1, result.stderr
+        shown = result.stdout + result.stderr
+        assert "PASSWORD '***'" in shown and "rotating" in shown  # the session is there
+        assert not any(part in shown for part in parts(PASSWORD)), shown

@@ -1,11 +1,16 @@
 """Driver errors become a short hierarchy whose messages say what to do, without passwords."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
 import psycopg
 import pytest
 
-from drainer import errors
+from drainer import errors, queue
 from drainer.cluster import PASSWORD_ROLE, free_port
 from drainer.db import connect
+from tests.conftest import clean_env, run_cli
 
 SECRET = "s3cr3t-Pa55"
 
@@ -58,3 +63,60 @@ def test_redact_masks_a_known_password_anywhere():
     password = errors.password_of(f"postgresql://user:{SECRET}@host/db")
     assert password == SECRET
     assert errors.redact(f"role said {SECRET}!", password) == "role said ***!"
+
+
+def dbname_of(url: str) -> str:
+    return psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+
+
+def one_line_error(proc, code: int) -> str:
+    """The CLI's single stderr line for an error that exits with `code`."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == code and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("drainer: error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def read_only_db_url(server, db_url):
+    """A database whose transactions are read-only by default, as on a hot standby."""
+    with server.admin() as admin:
+        admin.execute(f'ALTER DATABASE "{dbname_of(db_url)}" '
+                      "SET default_transaction_read_only = on")
+    return db_url
+
+
+@pytest.mark.parametrize("args", [["enqueue", "default", "{}"], ["drain", "--tasks", "noop"]],
+                         ids=["enqueue", "drain"])
+def test_a_read_only_database_is_a_config_error(read_only_db_url, args):
+    proc = run_cli(*args, env=clean_env(DRAINER_DATABASE_URL=read_only_db_url))
+    line = one_line_error(proc, 2)
+    assert "read-only" in line and "writable primary" in line
+    assert "default_transaction_read_only" in line
+
+
+@contextmanager
+def jobs_locked(db_url: str) -> Iterator[None]:
+    """Another session holds a lock on `jobs` that every statement on it waits for."""
+    with psycopg.connect(db_url) as holder:  # its transaction stays open in the block
+        holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        yield
+
+
+@pytest.mark.parametrize("args", [["archive"], ["drain", "--tasks", "noop"]],
+                         ids=["archive", "drain"])
+def test_a_lock_timeout_is_a_cancelled_statement(server, db_url, args):
+    with server.admin() as admin:
+        admin.execute(f"ALTER DATABASE \"{dbname_of(db_url)}\" SET lock_timeout = '100ms'")
+    with jobs_locked(db_url):
+        proc = run_cli(*args, env=clean_env(DRAINER_DATABASE_URL=db_url))
+    line = one_line_error(proc, 3)
+    assert "cancelled" in line and "due to lock timeout" in line and "drainer doctor" in line
+    assert "unavailable" not in line
+
+
+def test_a_statement_timeout_is_a_cancelled_statement(db_url):
+    with connect(db_url, statement_timeout=timedelta(milliseconds=100)) as conn, \
+            jobs_locked(db_url), pytest.raises(errors.StatementCancelled) as info:
+        queue.claim(conn, ["default"], 1, timedelta(seconds=1))
+    assert "due to statement timeout" in str(info.value) and info.value.exit_code == 3

@@ -17,7 +17,7 @@ def one(conn: psycopg.Connection, sql: str, *params):
     return conn.execute(sql, params).fetchone()
 
 
-def test_claim_takes_oldest_ready_first_and_sets_the_lease(conn):
+def test_claim_takes_oldest_ready_first_and_sets_the_lease(conn, db_url):
     late = drainer.enqueue(conn, "default", {"n": "late"})
     long_ago = datetime(2020, 1, 1).astimezone()
     early = drainer.enqueue(conn, "default", {"n": "early"}, run_at=long_ago)
@@ -31,7 +31,12 @@ def test_claim_takes_oldest_ready_first_and_sets_the_lease(conn):
     lease_left = one(conn, "SELECT locked_until - now() FROM jobs WHERE id = %s", early)[0]
     assert timedelta(minutes=4) < lease_left <= LEASE
     assert count(conn, "status = 'running'") == 2
-    assert not conn.info.transaction_status  # committed at once: IDLE is 0
+    # Committed at once: another session already sees the claim (it would see the
+    # rows still queued were the claim's transaction left open).
+    with psycopg.connect(db_url, autocommit=True) as other:
+        assert other.execute("SELECT id, status, attempts FROM jobs WHERE status = 'running' "
+                             "ORDER BY id").fetchall() == sorted([(early, "running", 1),
+                                                                  (late, "running", 1)])
 
 
 def test_claim_respects_the_limit_and_several_queues(conn):
@@ -190,18 +195,22 @@ def test_next_due(conn):
     assert drainer.next_due(conn, ["default"], now=now) == now  # ready work: the current time
 
 
+def sources(due: queue.Due) -> tuple:
+    return due.next_due, due.run_at, due.lease_end
+
+
 def test_due_tells_a_queued_run_at_from_a_lease_end(conn):
-    assert queue.due(conn, ["default"]) == queue.Due(None, None, None)
+    assert sources(queue.due(conn, ["default"])) == (None, None, None)
     drainer.enqueue(conn, "default", {}, delay=600)
     run_at = one(conn, "SELECT run_at FROM jobs")[0]
-    assert queue.due(conn, ["default"]) == queue.Due(run_at, run_at, None)
+    assert sources(queue.due(conn, ["default"])) == (run_at, run_at, None)
     drainer.enqueue(conn, "default", {})
     drainer.claim(conn, ["default"], 1, timedelta(seconds=60))
     lease_end = one(conn, "SELECT locked_until FROM jobs WHERE status = 'running'")[0]
-    assert queue.due(conn, ["default"]) == queue.Due(lease_end, run_at, lease_end)
+    assert sources(queue.due(conn, ["default"])) == (lease_end, run_at, lease_end)
     later = run_at + timedelta(hours=1)  # both past: next_due is the current time
-    assert queue.due(conn, ["default"], now=later) == queue.Due(later, run_at, lease_end)
-    assert queue.due(conn, ["elsewhere"]) == queue.Due(None, None, None)
+    assert sources(queue.due(conn, ["default"], now=later)) == (later, run_at, lease_end)
+    assert sources(queue.due(conn, ["elsewhere"])) == (None, None, None)
 
 
 def test_enqueue_rolls_back_with_the_callers_transaction(conn):

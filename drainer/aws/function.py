@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from .. import clock, queue, schema
+from .. import clock, schema
 from ..db import connect
 from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
 from ..run import Summary, drain
@@ -90,8 +90,10 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
     while True:
         with _connect(settings) as conn:
             summary = drain(conn, handlers, settings.options(queues, deadline),
-                            on_claim=lambda: _arm_switch(context, settings))
-            now = queue.database_now(conn)
+                            on_claim=lambda: _arm_switch(context, settings),
+                            reopen=lambda: _connect(settings))
+        now = summary.ended_at
+        assert now is not None  # every drain that returns has read the database clock
         total = total.plus(summary)
         left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
         decision = after_run(summary, now=now, depth=trigger.depth,

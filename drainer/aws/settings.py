@@ -12,6 +12,7 @@ from datetime import timedelta
 from ..config import (
     flag,
     from_env,
+    lease_seconds,
     names,
     nonnegative_days,
     nonnegative_seconds,
@@ -65,7 +66,7 @@ class Settings:
             tasks=from_env("DRAINER_TASKS", names, []),
             queues=from_env("DRAINER_QUEUES", names, []),
             batch_size=from_env("DRAINER_BATCH_SIZE", positive_int, None),
-            lease=timedelta(seconds=from_env("DRAINER_LEASE", positive_seconds,
+            lease=timedelta(seconds=from_env("DRAINER_LEASE", lease_seconds,
                                              DEFAULT_LEASE.total_seconds())),
             concurrency=from_env("DRAINER_CONCURRENCY", positive_int, 1),
             archive_after=timedelta(days=from_env("DRAINER_ARCHIVE_AFTER", nonnegative_days,

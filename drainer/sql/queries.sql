@@ -48,7 +48,9 @@ SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
 -- overall are taken. Rows locked but not taken are released at once by the commit.
 -- queue.claim() writes %(limit)s as a literal (see there); the update finds the taken
 -- rows through the primary key whatever the table's size, and they are returned oldest
--- first. The planner cannot see how many names an array parameter holds and guesses
+-- first. A row whose attempts another producer left at the integer limit cannot count
+-- one more: it fails alone, saying why, instead of failing the whole claim.
+-- The planner cannot see how many names an array parameter holds and guesses
 -- 10; the no-op LIMIT makes it guess 1 (a tenth), or the plan it prepares looks ten
 -- times dearer than a fresh one on a big table, and every claim is planned again.
 WITH next AS (
@@ -65,13 +67,19 @@ WITH next AS (
   LIMIT %(limit)s
 ), claimed AS (
   UPDATE jobs j
-  SET status       = 'running',
-      attempts     = j.attempts + 1,
-      locked_until = coalesce(%(now)s, now()) + %(lease)s
+  SET status       = CASE WHEN j.attempts < 2147483647 THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN j.attempts < 2147483647 THEN j.attempts + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN j.attempts < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN j.attempts < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
-  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.run_at
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.run_at, j.status
 )
-SELECT id, queue, payload, attempts, max_attempts FROM claimed ORDER BY run_at, id;
+SELECT id, queue, payload, attempts, max_attempts FROM claimed
+WHERE status = 'running'
+ORDER BY run_at, id;
 
 -- name: complete
 -- A whole batch of successes in one statement; returns the ids still ours.
@@ -86,11 +94,14 @@ RETURNING j.id;
 
 -- name: fail
 -- A whole batch of failures in one statement: retry after
--- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts.
+-- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts. The exponent
+-- is capped before the power (2^9 * 10 s is past the hour already): an interval of
+-- 10 s * 2^40 overflows, and would fail the whole batch's write-back.
 UPDATE jobs j
 SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
     run_at       = coalesce(%(now)s, now())
-                   + least(interval '1 hour', interval '10 seconds' * 2 ^ j.attempts),
+                   + least(interval '1 hour',
+                           interval '10 seconds' * 2 ^ least(greatest(j.attempts, 0), 12)),
     locked_until = NULL,
     last_error   = t.error
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
@@ -156,20 +167,25 @@ WHERE id IN (
 -- run_at or a running job's lease end, clamped to now() when work is ready already,
 -- NULL when nothing is left; then its two sources, the earliest queued run_at and the
 -- earliest lease end (a lease end matters only if its holder died: the wake-ups tell
--- them apart).
+-- them apart), and the database clock's now() they were judged at. Another producer may park a job at run_at 'infinity' (never ready, so
+-- never due) or write '-infinity' (ready: due now); neither is a time Python can hold.
 SELECT CASE WHEN least(queued, leased) IS NULL THEN NULL
-            ELSE greatest(least(queued, leased), coalesce(%(now)s, now())) END,
-       queued, leased
-FROM (SELECT
+            ELSE greatest(least(queued, leased), t.now) END,
+       CASE WHEN queued = '-infinity' THEN t.now ELSE queued END,
+       CASE WHEN leased = '-infinity' THEN t.now ELSE leased END,
+       t.now
+FROM (SELECT coalesce(%(now)s, now())) AS t(now),
+     LATERAL (SELECT
         (SELECT min(r.run_at)
          FROM unnest(%(queues)s::text[]) AS q(name)
          CROSS JOIN LATERAL (
            SELECT run_at FROM jobs
-           WHERE queue = q.name AND status = 'queued'
+           WHERE queue = q.name AND status = 'queued' AND run_at < 'infinity'
            ORDER BY run_at LIMIT 1
          ) AS r) AS queued,
         (SELECT min(locked_until) FROM jobs
-         WHERE status = 'running' AND queue = ANY(%(queues)s::text[])) AS leased
+         WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
+           AND locked_until < 'infinity') AS leased
       ) AS d;
 
 -- name: enqueue
@@ -183,30 +199,31 @@ RETURNING id;
 -- The database's notion of a run_at, so bulk COPY rows carry the server's clock.
 SELECT coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0'));
 
--- name: now
--- The database clock, for decisions about job times taken outside SQL (wake-ups).
-SELECT now();
-
 -- name: copy_jobs
 COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
 
--- name: requeue_queue
+-- name: requeue
+-- Failed jobs (these ids, or the queue's) back to queued with a fresh budget:
+-- max_attempts rises by as many as it allowed (at least one more), and attempts is
+-- never lowered, so no claim's token (id, attempts) is ever issued twice and a stale
+-- worker still holding an old one can change nothing. The old error goes with the old
+-- budget. A queue's requeue leaves cancelled jobs alone; by id they come back.
 UPDATE jobs
-SET status = 'queued', run_at = now(), attempts = 0, locked_until = NULL
-WHERE status = 'failed' AND queue = %(queue)s
-RETURNING id;
-
--- name: requeue_ids
-UPDATE jobs
-SET status = 'queued', run_at = now(), attempts = 0, locked_until = NULL
-WHERE status = 'failed' AND id = ANY(%(ids)s::bigint[])
+SET status = 'queued', run_at = now(), locked_until = NULL, last_error = NULL,
+    max_attempts = least(2147483647, attempts::bigint + greatest(max_attempts, 1))::int
+WHERE status = 'failed'
+  AND (id = ANY(%(ids)s::bigint[])
+       OR (queue = %(queue)s AND last_error IS DISTINCT FROM 'cancelled'))
 RETURNING id;
 
 -- name: cancel
--- Withdraw a queued job; the article's four statuses stay the only ones.
+-- Withdraw a queued or running job; the article's four statuses stay the only ones.
+-- attempts stays as it is: a running job's worker then finds it no longer its own
+-- (its heartbeat, completion or failure changes nothing), and a later requeue's
+-- claim gets a token that worker never held.
 UPDATE jobs
-SET status = 'failed', last_error = 'cancelled'
-WHERE status = 'queued' AND id = ANY(%(ids)s::bigint[])
+SET status = 'failed', last_error = 'cancelled', locked_until = NULL
+WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 
 -- name: stats

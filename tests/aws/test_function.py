@@ -240,6 +240,8 @@ def test_a_missing_secret_is_a_clear_configuration_error(monkeypatch):
      "DRAINER_SAFETY_MARGIN"),
     ({"DRAINER_MAX_DEPTH": "-1"}, {"source": "drainer.cron"}, errors.ConfigError,
      "DRAINER_MAX_DEPTH"),
+    ({"DRAINER_LEASE": "0.001"}, {"source": "drainer.cron"}, errors.ConfigError,
+     "DRAINER_LEASE=.* at least 1"),  # the command line's bound: a heartbeat would spin
     ({"DRAINER_QUEUES": "nope"}, {"source": "drainer.cron"}, errors.ConfigError,
      "no task for queue 'nope'"),
 ])
@@ -289,6 +291,11 @@ def test_a_run_arms_its_lease_wake_up_before_any_handler_and_deletes_it_at_a_cle
 
 def test_a_run_that_dies_mid_job_leaves_its_wake_up_which_reaps_the_job(function_env, conn,
                                                                         monkeypatch):
+    """The dead-man's switch, in-process: not a killed process but a function run
+    whose batch raises SystemExit instead of running the job it holds (its switch
+    armed by then), so the run ends without its clean end; the lease's expiry is
+    then written into the table rather than waited for. Real processes killed
+    mid-job are tests/test_processes.py and the soak."""
     enqueue(conn, "aws", {})
 
     def die(*args, **kwargs):

@@ -15,6 +15,10 @@ def behave(job):
         Path(p["touch"]).write_text(f"{os.getpid()} {job.attempts}")
     if "sleep" in p:
         time.sleep(p["sleep"])
+    if "wait_for" in p:  # lets a test say when the handler ends (at most a minute)
+        deadline = time.monotonic() + 60
+        while not Path(p["wait_for"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
     if "sleep_first" in p and job.attempts == 1:  # hangs the first attempt only
         time.sleep(p["sleep_first"])
     if "exit" in p:

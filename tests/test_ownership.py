@@ -1,0 +1,321 @@
+"""Hostile conditions against the ownership rules: a token (id, attempts) is never
+issued twice, a paused worker starts nothing it no longer holds, one bad row never
+takes its batch down, a dropped session loses no result, and whatever another
+producer may write into the table's columns fails only its own job."""
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import drainer
+from drainer import batch, clock, queue, run
+from drainer.db import connect
+from drainer.run import Options, Sizer, Summary, drain
+from tests.conftest import count, run_cli
+
+LEASE = timedelta(minutes=5)
+INT_MAX = 2**31 - 1
+
+
+def one(conn: psycopg.Connection, sql: str, *params):
+    return conn.execute(sql, params).fetchone()
+
+
+def expire_and_reap(conn: psycopg.Connection) -> None:
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' "
+                 "WHERE status = 'running'")
+    drainer.reap(conn)
+
+
+def balanced(s) -> bool:
+    return s.claimed == s.done + s.retried + s.failed + s.lost
+
+
+# -- one bad row never takes its batch down -------------------------------------------
+
+@pytest.mark.parametrize("attempts", [9, 12, 39, 40, 1000, INT_MAX - 2])
+def test_backoff_is_capped_before_it_can_overflow(conn, attempts):
+    drainer.enqueue(conn, "default", {}, max_attempts=INT_MAX)
+    conn.execute("UPDATE jobs SET attempts = %s", (attempts,))
+    [job] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert drainer.fail(conn, [(job, "again")]) == {job.id: "queued"}
+    wait = one(conn, "SELECT run_at - now() FROM jobs")[0]
+    assert round(wait.total_seconds()) == 3600
+
+
+def test_a_job_failing_its_40th_attempt_fails_alone(conn):
+    bad = drainer.enqueue(conn, "default", {"fail": True}, max_attempts=60)
+    conn.execute("UPDATE jobs SET attempts = 39, run_at = now() - interval '1 hour'")
+    drainer.enqueue_many(conn, "default", [{}] * 20)
+
+    def handler(job):
+        if job.payload.get("fail"):
+            raise RuntimeError("still broken")
+
+    s = drain(conn, {"default": handler}, Options(queues=["default"], batch_size=21))
+    assert (s.claimed, s.done, s.retried, s.lost) == (21, 20, 1, 0)
+    assert one(conn, "SELECT status, attempts FROM jobs WHERE id = %s", bad) == ("queued", 40)
+    assert count(conn, "status = 'done' AND attempts = 1") == 20
+
+
+def test_attempts_at_the_integer_limit_fails_that_job_alone_and_clearly(conn):
+    stuck = drainer.enqueue(conn, "default", {})
+    conn.execute("UPDATE jobs SET attempts = %s, run_at = now() - interval '1 hour'",
+                 (INT_MAX,))
+    drainer.enqueue_many(conn, "default", [{}] * 5)
+    ran = []
+    s = drain(conn, {"default": lambda job: ran.append(job.id)}, Options(queues=["default"]))
+    assert stuck not in ran and len(ran) == 5
+    assert (s.claimed, s.done, s.lost) == (5, 5, 0)
+    status, attempts, error = one(
+        conn, "SELECT status, attempts, last_error FROM jobs WHERE id = %s", stuck)
+    assert (status, attempts) == ("failed", INT_MAX) and "integer limit" in error
+    assert s.next_due is None
+
+
+@pytest.mark.parametrize("run_at", ["infinity", "-infinity"])
+def test_infinite_run_at_never_stops_a_drain(conn, db_url, run_at):
+    parked = drainer.enqueue(conn, "default", {})
+    conn.execute("UPDATE jobs SET run_at = %s::timestamptz", (run_at,))
+    drainer.enqueue(conn, "default", {})
+    proc = run_cli("drain", "--database-url", db_url, "--tasks", "behave")
+    assert proc.returncode == 0, proc.stderr
+    s = proc.stdout.strip().splitlines()[-1]
+    ready = run_at == "-infinity"
+    assert one(conn, "SELECT status FROM jobs WHERE id = %s", parked) == (
+        "done" if ready else "queued",)
+    assert f'"done": {2 if ready else 1}' in s and '"next_due": null' in s
+    for command in ("stats", "doctor"):
+        proc = run_cli(command, "--database-url", db_url)
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_lease_at_infinity_another_producer_wrote_is_not_a_crash(conn):
+    drainer.enqueue(conn, "default", {})
+    conn.execute("UPDATE jobs SET status = 'running', locked_until = 'infinity'")
+    s = drain(conn, {"default": lambda job: None}, Options(queues=["default"]))
+    assert (s.claimed, s.next_due) == (0, None)
+
+
+def test_drain_refuses_a_connection_that_is_not_autocommit(db_url):
+    with psycopg.connect(db_url) as conn:
+        drainer.enqueue(conn, "default", {})
+        conn.commit()
+        with pytest.raises(drainer.ConfigError, match="autocommit"):
+            drain(conn, {"default": lambda job: None}, Options(queues=["default"]))
+        assert count(conn, "status = 'queued'") == 1
+
+
+# -- requeue and cancel never recycle a token -----------------------------------------
+
+def test_a_stale_worker_changes_nothing_after_reap_requeue_and_a_new_claim(conn):
+    drainer.enqueue(conn, "default", {}, max_attempts=1)
+    [stale] = drainer.claim(conn, ["default"], 1, LEASE)
+    expire_and_reap(conn)  # at max_attempts: failed
+    assert drainer.requeue(conn, ids=[stale.id]) == [stale.id]
+    [current] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert current.attempts != stale.attempts
+
+    assert drainer.extend(conn, [stale], timedelta(hours=1)) == set()
+    assert drainer.complete(conn, [stale]) == set()
+    assert drainer.fail(conn, [(stale, "stale")]) == {}
+    assert drainer.release(conn, [stale]) == set()
+    assert one(conn, "SELECT status, attempts, locked_until < now() + interval '10 minutes' "
+                     "FROM jobs") == ("running", current.attempts, True)
+    assert drainer.complete(conn, [current]) == {current.id}
+
+
+def test_cancelling_a_running_job_leaves_its_worker_nothing_to_write(conn):
+    drainer.enqueue(conn, "default", {})
+    [stale] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert drainer.cancel(conn, [stale.id]) == [stale.id]
+    assert one(conn, "SELECT status, last_error FROM jobs") == ("failed", "cancelled")
+    assert drainer.complete(conn, [stale]) == set()
+    drainer.requeue(conn, ids=[stale.id])  # by id, a cancelled job may come back
+    [current] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert drainer.fail(conn, [(stale, "stale")]) == {}
+    assert drainer.complete(conn, [stale]) == set()
+    assert drainer.complete(conn, [current]) == {current.id}
+
+
+def test_requeue_gives_a_fresh_budget_and_the_success_no_old_error(conn):
+    drainer.enqueue(conn, "default", {}, max_attempts=2)
+    for _ in range(2):
+        conn.execute("UPDATE jobs SET run_at = now()")
+        [job] = drainer.claim(conn, ["default"], 1, LEASE)
+        drainer.fail(conn, [(job, "boom")])
+    assert one(conn, "SELECT status, attempts, max_attempts FROM jobs") == ("failed", 2, 2)
+    drainer.requeue(conn, queue="default")
+    assert one(conn, "SELECT status, attempts, max_attempts, last_error FROM jobs"
+               ) == ("queued", 2, 4, None)
+    [job] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert job.attempts == 3 and job.max_attempts == 4
+    drainer.complete(conn, [job])
+    assert one(conn, "SELECT status, last_error FROM jobs") == ("done", None)
+
+
+def test_a_queues_requeue_leaves_cancelled_jobs_alone(conn):
+    cancelled = drainer.enqueue(conn, "default", {})
+    failed = drainer.enqueue(conn, "default", {}, max_attempts=1)
+    drainer.cancel(conn, [cancelled])
+    [job] = drainer.claim(conn, ["default"], 1, LEASE)
+    drainer.fail(conn, [(job, "boom")])
+    assert drainer.requeue(conn, queue="default") == [failed]
+    assert one(conn, "SELECT status FROM jobs WHERE id = %s", cancelled) == ("failed",)
+    assert drainer.requeue(conn, ids=[cancelled]) == [cancelled]
+
+
+# -- a paused worker starts nothing it no longer holds --------------------------------
+
+class Clock:
+    """The clock seam, moved by hand: a pause of the whole process in one step."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now + 1e9
+
+
+@pytest.mark.parametrize("clocks", ["both", "wall"])  # "wall": a machine that slept
+def test_a_paused_worker_confirms_before_starting_and_counts_each_job_once(conn, monkeypatch,
+                                                                           clocks):
+    fake = Clock()
+    monkeypatch.setattr(clock, "wall", fake.wall)
+    if clocks == "both":
+        monkeypatch.setattr(clock, "monotonic", fake.monotonic)
+    drainer.enqueue_many(conn, "default", [{}] * 3)
+    jobs = drainer.claim(conn, ["default"], 3, timedelta(seconds=10))
+    ran, extends = [], []
+
+    def handler(job):
+        ran.append(job.id)
+        fake.now += 20  # paused past the lease while this one ran
+        expire_and_reap(conn)  # another drainer reaps and claims the rest
+        drainer.claim(conn, ["default"], 3, LEASE)
+
+    def extend(js):
+        extends.append([j.id for j in js])
+        return queue.extend(conn, js, timedelta(seconds=10))
+
+    outcome = batch.Batch(jobs, {"default": handler}, concurrency=1,
+                          lease=timedelta(seconds=10), extend=extend,
+                          may_start=lambda job: True, stop=threading.Event()).run()
+    assert ran == [jobs[0].id]  # the other two were never started
+    assert extends and extends[0] == [j.id for j in jobs[1:]]
+    assert outcome.lost == {jobs[1].id, jobs[2].id}
+    assert outcome.succeeded == [jobs[0]] and not outcome.unstarted
+
+
+def test_a_fresh_batch_starts_its_jobs_without_a_heartbeat(conn):
+    drainer.enqueue_many(conn, "default", [{}] * 3)
+    jobs = drainer.claim(conn, ["default"], 3, LEASE)
+    extends = []
+    outcome = batch.Batch(jobs, {"default": lambda job: None}, concurrency=1, lease=LEASE,
+                          extend=lambda js: extends.append(js) or set(),
+                          may_start=lambda job: True, stop=threading.Event()).run()
+    assert len(outcome.succeeded) == 3 and extends == []
+
+
+def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
+    drainer.enqueue(conn, "default", {})
+    [job] = drainer.claim(conn, ["default"], 1, timedelta(seconds=1.2))
+    release = threading.Event()
+
+    def extend(js):
+        conn.execute("UPDATE jobs SET attempts = attempts + 1")  # taken over, and ...
+        release.set()  # ... the handler ends while the heartbeat is out
+        while b.running:
+            clock.sleep(0.01)
+        return queue.extend(conn, js, timedelta(seconds=1.2))
+
+    b = batch.Batch([job], {"default": lambda j: release.wait(10)}, concurrency=1,
+                    lease=timedelta(seconds=1.2), extend=extend,
+                    may_start=lambda j: True, stop=threading.Event())
+    outcome = b.run()
+    summary = Summary()
+    run._record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
+                outcome, summary, 1)
+    assert (summary.claimed, summary.done, summary.lost) == (1, 0, 1)
+
+
+# -- a dropped session loses no result --------------------------------------------------
+
+def test_results_survive_a_session_idle_limit(conn, db_url):
+    dbname = conn.info.dbname
+    conn.execute(f'ALTER DATABASE "{dbname}" SET idle_session_timeout = \'1s\'')
+    drainer.enqueue_many(conn, "default", [{"sleep": 1.5}] * 3)
+    proc = run_cli("drain", "--database-url", db_url, "--tasks", "behave",
+                   "--concurrency", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert '"done": 3' in proc.stdout and '"lost": 0' in proc.stdout
+    assert "connection lost" in proc.stderr
+    assert conn.execute("SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2"
+                        ).fetchall() == [("done", 1, 3)]
+
+
+def test_a_release_whose_outcome_is_unknown_is_never_sent_again(db_url):
+    with connect(db_url) as admin:
+        drainer.enqueue_many(admin, "default", [{}] * 3)
+        stop = threading.Event()
+        drainer_conn = connect(db_url, application_name="victim")
+
+        def handler(job):
+            stop.set()  # the rest of the batch is given back ...
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'victim'")  # ... on a dead session
+
+        s = drain(drainer_conn, {"default": handler},
+                  Options(queues=["default"], batch_size=3), stop=stop,
+                  reopen=lambda: connect(db_url))
+        drainer_conn.close()
+        assert (s.claimed, s.done) == (1, 1) and balanced(s)
+        # The two unstarted jobs were not released on the new session: their lease
+        # brings them back, an attempt spent.
+        assert admin.execute("SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2 "
+                             "ORDER BY 1").fetchall() == [("done", 1, 1), ("running", 1, 2)]
+
+
+def test_without_reopen_a_dropped_session_ends_the_drain_with_its_summary(db_url):
+    with connect(db_url) as admin:
+        drainer.enqueue_many(admin, "default", [{}] * 2)
+        victim = connect(db_url, application_name="victim")
+
+        def handler(job):
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'victim'")
+
+        with pytest.raises(drainer.DatabaseUnavailable) as caught:
+            drain(victim, {"default": handler}, Options(queues=["default"], batch_size=1))
+        victim.close()
+        assert caught.value.summary["claimed"] == 0  # the first batch never landed
+
+
+# -- the deadline judges from the slowest job, not the mean ---------------------------
+
+def test_a_slow_job_does_not_start_after_fast_ones_with_too_little_time_left(conn):
+    drainer.enqueue_many(conn, "fast", [{}] * 20)
+    drainer.enqueue_many(conn, "slow", [{}] * 2)
+    conn.execute("UPDATE jobs SET run_at = now() - interval '1 hour' WHERE queue = 'fast'")
+    handlers = {"fast": lambda job: None, "slow": lambda job: clock.sleep(0.5)}
+    s = drain(conn, handlers, Options(queues=["fast", "slow"], batch_size=10,
+                                      deadline=clock.monotonic() + 0.8))
+    assert s.stopped == "deadline"
+    assert count(conn, "queue = 'slow' AND status = 'queued' AND attempts = 0") >= 1
+
+
+def test_sizer_judges_a_queue_by_its_longest_job_or_its_timeout():
+    sizer = Sizer()
+    sizer.observe(10, 0.01, full=True)  # a mean of 1 ms per job
+    assert sizer.may_start(0.13, "slow")
+    sizer.took("slow", 0.6)
+    sizer.took("slow", 0.1)
+    assert not sizer.may_start(0.13, "slow") and sizer.may_start(0.7, "slow")
+    assert sizer.may_start(0.13, "slow", timeout=0.1)  # it cannot run longer than that
+    assert not sizer.may_start(0.13, "never-run", timeout=0.5)
+    assert sizer.may_start(0.13, "never-run") and sizer.may_start(None, "slow")
