@@ -1,8 +1,9 @@
 """A throwaway PgBouncer in transaction mode in front of the test server.
 
 Debian's `pgbouncer` package (`.ci/run` installs it); tests that need it are
-skipped with a notice when the binary is absent. PgBouncer refuses to run as
-root, so as root it runs as the cluster's unprivileged server user.
+skipped with a notice when the binary is absent, or fail when DRAINER_TEST_REQUIRE
+names pgbouncer (as CI does). PgBouncer refuses to run as root, so as root it runs
+as the cluster's unprivileged server user.
 """
 
 import shutil

@@ -37,10 +37,29 @@ def test_a_tiny_run_measures_every_figure_and_every_goal(tmp_path):
     assert systems["loop-each"]["figures"]["statements"]["median"] > 1
     assert systems["drainer"]["figures"]["statements"]["median"] < 1
     assert [r["goal"] for r in results["ratios"]] == [g.text for g in report.GOALS]
-    assert all(r["ratio"] > 0 and r["met"] in (True, False) for r in results["ratios"])
+    # Every goal is measured here (no competitor is needed for one), and its ratio and
+    # verdict follow from the medians this run reported: numerator / denominator
+    # against the target, at least or at most as its sign says.
+    for r, goal in zip(results["ratios"], report.GOALS, strict=True):
+        num, den = (median_at(results, path) for path in (goal.numerator, goal.denominator))
+        assert r["ratio"] == num / den > 0, goal.text
+        sign, target = r["target"].rstrip("×").split()
+        assert r["met"] is (r["ratio"] >= float(target) if sign == "≥"
+                            else r["ratio"] <= float(target)), goal.text
+        verdict = "met" if r["met"] else "missed"
+        assert any(goal.text in line and line.rstrip(" |").endswith(verdict)
+                   for line in proc.stdout.splitlines()), (goal.text, verdict)
     for goal in report.GOALS:
         assert goal.text in proc.stdout
     assert "| drainer " in proc.stdout
+
+
+def median_at(results: dict, path: tuple[str, ...]) -> float:
+    """The median a path of the results names (systems/<name>/figures/<figure>, ...)."""
+    node = results
+    for key in path:
+        node = node[key]
+    return node["median"]
 
 
 def stats(value: float) -> dict:

@@ -117,24 +117,64 @@ def test_a_taken_over_job_is_lost_and_its_completion_changes_nothing(conn, db_ur
     assert drainer.complete(conn, [current]) == {current.id}  # the new owner still can
 
 
-def test_the_heartbeat_notices_a_takeover(conn, db_url):
-    drainer.enqueue(conn, "default", {})
-    started = threading.Event()
-    result = {}
+def lease_of(conn: psycopg.Connection, job_id: int):
+    return conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (job_id,)).fetchone()[0]
+
+
+def wait_for_leases(conn: psycopg.Connection, job_id: int, moves: int) -> None:
+    """Until the job's lease end has moved forward `moves` times: each move is a
+    heartbeat statement that committed (10 s is many heartbeats of a 1.5 s lease)."""
+    seen, deadline = lease_of(conn, job_id), time.monotonic() + 10
+    while moves:
+        assert time.monotonic() < deadline, f"the lease of job {job_id} stopped moving"
+        time.sleep(0.02)
+        if (now := lease_of(conn, job_id)) != seen:
+            assert now > seen
+            seen, moves = now, moves - 1
+
+
+def test_the_heartbeat_extends_a_running_job_and_notices_a_takeover(conn, db_url):
+    """The periodic heartbeat, while a handler runs and nothing else starts: the
+    running job's lease end moves forward again and again, and a takeover of the
+    batch's next job, seen by that heartbeat, keeps the job from ever starting here.
+
+    Job A's handler is held until the test lets it go; job B waits behind it
+    (concurrency 1). Only the periodic heartbeat sends statements in that time: no
+    job starts, so nothing else can move A's lease or learn that B is gone."""
+    first = drainer.enqueue(conn, "default", {"n": "A"})
+    second = drainer.enqueue(conn, "default", {"n": "B"})
+    started, release, ran, result = threading.Event(), threading.Event(), [], {}
 
     def handler(job):
+        ran.append(job.id)
         started.set()
-        time.sleep(1.5)  # several heartbeats (lease 1.2 s: every 0.4 s)
+        assert release.wait(30)
 
     worker = threading.Thread(target=lambda: result.update(summary=drain(
         connect(db_url), {"default": handler},
-        Options(queues=["default"], lease=timedelta(seconds=1.2)))))
+        Options(queues=["default"], batch_size=2, lease=timedelta(seconds=1.5)))))
     worker.start()
-    assert started.wait(10)
-    take_over(conn)
-    worker.join()
-    assert result["summary"].lost == 1 and result["summary"].done == 0
-    assert conn.execute("SELECT attempts FROM jobs").fetchone() == (2,)
+    try:
+        assert started.wait(10) and ran == [first]
+        wait_for_leases(conn, first, moves=2)  # heartbeats while A's handler runs
+        # B's lease ends and another drainer takes it: a reap, then its own claim.
+        with conn.transaction():
+            conn.execute("UPDATE jobs SET status = 'queued', locked_until = NULL "
+                         "WHERE id = %s AND status = 'running'", (second,))
+            [taken] = drainer.claim(conn, ["default"], 1, timedelta(minutes=5))
+        assert (taken.id, taken.attempts) == (second, 2)
+        # Two more heartbeats: the first found B gone, and had dropped it before the
+        # second was sent.
+        wait_for_leases(conn, first, moves=2)
+    finally:
+        release.set()
+        worker.join(30)
+    assert not worker.is_alive()
+    s = result["summary"]
+    assert ran == [first]  # B never started here
+    assert (s.done, s.lost, s.claimed) == (1, 1, 2)
+    assert conn.execute("SELECT id, status, attempts FROM jobs ORDER BY id").fetchall() == [
+        (first, "done", 1), (second, "running", 2)]
 
 
 def test_a_stop_lets_running_handlers_finish_and_gives_back_the_rest(conn):

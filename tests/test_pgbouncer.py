@@ -15,7 +15,7 @@ import pytest
 
 import drainer
 from tests import pgbouncer
-from tests.conftest import clean_env, count, run_cli
+from tests.conftest import clean_env, count, run_cli, unavailable
 from tests.test_worker import listeners, wait_until
 
 JOBS = 10_000
@@ -24,8 +24,8 @@ JOBS = 10_000
 @pytest.fixture(scope="module")
 def bouncer(server):
     if pgbouncer.binary() is None:
-        pytest.skip("notice: pgbouncer is not installed (apt-get install -y pgbouncer); "
-                    "the transaction-pooler tests did not run")
+        unavailable("pgbouncer", "notice: pgbouncer is not installed (apt-get install -y "
+                                 "pgbouncer); the transaction-pooler tests did not run")
     pool = pgbouncer.PgBouncer(server.admin_url, pool_size=2).start()
     yield pool
     pool.stop()
