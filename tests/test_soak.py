@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+import drainer
 from tests import soak
 
 
@@ -20,6 +21,7 @@ def test_nothing_is_lost_or_done_twice_under_faults():
 def test_each_soak_check_catches_what_it_looks_for(conn):
     """The final checks on crafted rows: one violation of each, and a clean job."""
     conn.execute(soak.SIDE_TABLE)
+    conn.execute(soak.TOKEN_LOG)
     rows = {  # check broken: (status, attempts, max_attempts, executions as (attempt, ok))
         "clean": ("done", 2, 5, [(1, False), (2, True)]),
         "unfinished": ("queued", 1, 5, [(1, False)]),
@@ -29,6 +31,7 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
         "executions beyond attempts": ("failed", 5, 5, [(5, False), (6, False)]),
         "done without a successful last attempt": ("done", 2, 5, [(1, True)]),
         "failed before max_attempts": ("failed", 3, 5, [(3, False)]),
+        "cancelled": ("failed", 1, 5, [(1, False)]),  # before max_attempts, on purpose
     }
     for status, attempts, max_attempts, executions in rows.values():
         job = conn.execute("INSERT INTO jobs (payload, status, attempts, max_attempts) "
@@ -36,9 +39,21 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
                            (status, attempts, max_attempts)).fetchone()[0]
         for attempt, ok in executions:
             conn.execute("INSERT INTO soak_executions VALUES (%s, %s, 1, %s)", (job, attempt, ok))
+    conn.execute("UPDATE jobs SET last_error = 'cancelled' WHERE attempts = 1 AND "
+                 "status = 'failed'")
+    # Through the trigger: a token given back and issued again is fine (the owner
+    # released it); one issued twice without that is what a recycled token looks like.
+    released, recycled = [drainer.enqueue(conn, "default", {}) for _ in range(2)]
+    given_back = {released: ["status = 'queued', attempts = attempts - 1"],
+                  recycled: ["status = 'failed'", "status = 'queued', attempts = 0"]}
+    claim = "status = 'running', attempts = attempts + 1"
+    for job, steps in given_back.items():
+        for step in [claim, *steps, claim, "status = 'done'"]:
+            conn.execute(f"UPDATE jobs SET {step} WHERE id = %s", (job,))
+        conn.execute("INSERT INTO soak_executions VALUES (%s, 1, 1, true)", (job,))
     broken = {name: conn.execute(sql).fetchone()[0] for name, sql in soak.CHECKS.items()}
     # "unfinished" also counts the running row; a job done twice is a duplicate too
     assert broken == {"unfinished": 2, "running": 1, "duplicate executions": 2,
                       "done twice by one attempt": 1, "executions beyond attempts": 1,
                       "done without a successful last attempt": 1,
-                      "failed before max_attempts": 1}
+                      "failed before max_attempts": 1, "token issued twice": 1}
