@@ -1,7 +1,7 @@
 """drainer: background jobs out of a plain PostgreSQL table, drained by short-lived runs.
 
 The library API: `task` registers handlers; `enqueue`/`enqueue_many` add jobs in the
-caller's transaction; the lifecycle functions are those of the seed article.
+caller's transaction; the lifecycle functions are the classic jobs-table statements.
 """
 
 __version__ = "0.1.0"

@@ -44,7 +44,7 @@ def connect(
     prepare: bool = True,
 ) -> psycopg.Connection:
     """An autocommit connection: every statement commits at once, so no transaction
-    is ever left open while a handler runs (the seed's idle-in-transaction pitfall).
+    is ever left open while a handler runs (the idle-in-transaction pitfall).
 
     Timeouts travel in the startup packet, costing no statement. `prepare=False` is
     for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements, and

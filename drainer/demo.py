@@ -29,7 +29,7 @@ def make_thumbnail(job: queue.Job) -> None:
 
 
 OPTIONS = Options(queues=["demo.email", "demo.thumbnail"], concurrency=8)
-HINT = ("\nBounced emails are retried after 20 s (the seed's backoff) and fail for good on "
+HINT = ("\nBounced emails are retried after 20 s (the default backoff) and fail for good on "
         "their second attempt;\nrun `python -m drainer demo` again later to see them move.")
 
 

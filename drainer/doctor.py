@@ -1,5 +1,5 @@
 """`doctor`: what makes a queue slow or keeps a scale-to-zero compute awake, with
-what to do about each finding (the seed's pitfalls, checked on the live database).
+what to do about each finding (the common jobs-table pitfalls, checked on the live database).
 
 A "problem" makes `doctor` exit 1; a "note" is worth knowing but harmless alone.
 Session checks cover this database's sessions: the horizon that holds back vacuum

@@ -22,7 +22,7 @@ from .errors import BadInput, translated
 from .sql import QUERIES
 
 ARCHIVE_BATCH = 10_000
-# The table's column default (the seed's); the COPY path must write it explicitly.
+# The jobs table's column default; the COPY path must write it explicitly.
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # \u0000, not an escaped backslash + u0000

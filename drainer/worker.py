@@ -1,7 +1,7 @@
 """`work`: the always-on worker. Drain until nothing is ready, wait for a NOTIFY or
 the fallback poll, drain again; until SIGTERM/SIGINT or the deadline.
 
-A notification is only a hint to go and look (the seed): it is delivered at
+A notification is only a hint to go and look: it is delivered at
 commit, merged, and lost while nobody listens, so a slower fallback poll catches
 whatever a reconnect missed. LISTEN belongs to a server session, so it needs a
 direct connection; claims and completions may go through a transaction pooler.

@@ -43,13 +43,18 @@ def test_no_transaction_is_open_while_a_handler_works_and_none_remains(server, d
     assert sessions(server, dbname_of(db_url)) == []
 
 
-def test_an_empty_queue_run_sends_at_most_4_statements(server, db_url):
+def reset_statement_counts(server) -> None:
+    """Start pg_stat_statements' counts afresh; skip where it is not preloaded."""
     with server.admin() as admin:
         try:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             admin.execute("SELECT pg_stat_statements_reset()")
         except psycopg.Error:
             pytest.skip("pg_stat_statements is not preloaded on this server")
+
+
+def test_an_empty_queue_run_sends_at_most_4_statements(server, db_url):
+    reset_statement_counts(server)
     result = run_cli("drain", "--database-url", db_url, "--tasks", "noop")
     assert result.returncode == 0, result.stderr
     assert summary_of(result.stdout)["stopped"] == "empty"
@@ -110,12 +115,7 @@ def test_the_run_is_active_only_while_its_handlers_and_its_sql_run(server, db_ur
             drainer.enqueue(conn, "default", {"touch": str(go), "wait_for": str(end)})
     name = dbname_of(db_url)
     before = ended_sessions(server, name, at_least=1)  # the enqueueing session
-    with server.admin() as admin:
-        try:
-            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            admin.execute("SELECT pg_stat_statements_reset()")
-        except psycopg.Error:
-            pytest.skip("pg_stat_statements is not preloaded on this server")
+    reset_statement_counts(server)
     # One job per batch: each handler follows a claim of its own.
     proc = drainer_process(db_url, "--tasks", "behave", "--batch-size", "1")
     try:

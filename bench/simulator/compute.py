@@ -1,6 +1,6 @@
 """The scale-to-zero compute and the client sessions that keep it awake.
 
-The rule is the seed article's activity monitor: a session that is not idle is
+The rule is a scale-to-zero platform's activity monitor: a session that is not idle is
 activity now; an idle session is activity at its last state change. So the
 compute stays awake until `timeout` seconds after the last state change of any
 session, then suspends and drops every connection; the next connection resumes

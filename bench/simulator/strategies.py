@@ -335,7 +335,7 @@ class Ours(Strategy):
 
 
 def strategies() -> list[Strategy]:
-    """The issue's line-up, in the table's order."""
+    """The strategies compared, in the README table's order."""
     return [Poll(1), Poll(60), Listen(300), Cron(300), Cron(900), Cron(3600), Ours(),
             Ours(backstop=60), Ours(backstop=None)]
 

@@ -1,7 +1,7 @@
 """The jobs table's semantics in memory: what the SQL in drainer/sql/queries.sql does
 to a row, on the simulated clock (which plays the database clock).
 
-Kept to the contract's rules: ready is queued with run_at <= now, oldest run_at
+Kept to the queue's rules: ready is queued with run_at <= now, oldest run_at
 first; a failure retries after least(1 hour, 10 s * 2^attempts) or fails for good
 at max_attempts; release gives the attempt back; next_due is the earliest queued
 run_at or running lease end, clamped to now (with both sources). tests/test_simulate.py checks the
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 
 def backoff(attempts: int) -> float:
-    """Seconds to the retry after failed attempt number `attempts` (the seed's)."""
+    """Seconds to the retry after failed attempt number `attempts` (the default backoff)."""
     return min(3600.0, 10.0 * 2.0**attempts)
 
 

@@ -1,5 +1,5 @@
 """`python -m bench.speed`: start a throwaway PostgreSQL, measure every figure of
-issue 6 for drainer, the hand-written psycopg loop, pgbench, PgQueuer and
+the speed goals for drainer, the hand-written psycopg loop, pgbench, PgQueuer and
 procrastinate (min / median / max of --runs), print the tables with each goal's
 ratio, and write the results as JSON under bench/results/.
 

@@ -1,4 +1,4 @@
-"""Results: min / median / max of the runs, the goals of issue 6 as ratios of
+"""Results: min / median / max of the runs, the speed goals as ratios of
 medians, and Markdown tables (the README shows them)."""
 
 import statistics

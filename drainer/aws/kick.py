@@ -1,5 +1,5 @@
 """The producer's side: wake the drainer function right after an enqueue commits,
-instead of waiting for the backstop schedule (the seed's third option: nothing
+instead of waiting for the backstop schedule (a push from the producer: nothing
 polls the database).
 
     kicker = Kicker("arn:aws:lambda:...:function:drainer")   # once per process

@@ -43,7 +43,7 @@ WITH reaped AS (
 SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
 
 -- name: claim
--- The article's claim, for several queues at once: each queue's oldest ready rows
+-- The classic SKIP LOCKED claim, for several queues at once: each queue's oldest ready rows
 -- come from jobs_ready_idx (Limit > LockRows > Index Scan), then the oldest
 -- overall are taken. Rows locked but not taken are released at once by the commit.
 -- queue.claim() writes %(limit)s as a literal (see there); the update finds the taken
@@ -154,7 +154,7 @@ SELECT * FROM moved
 ON CONFLICT (id) DO NOTHING;
 
 -- name: archive_delete
--- The article's batched delete, when `migrate` has not created the archive table.
+-- The plain batched delete of old done rows, when `migrate` has not created the archive table.
 DELETE FROM jobs
 WHERE id IN (
   SELECT id FROM jobs
@@ -217,7 +217,7 @@ WHERE status = 'failed'
 RETURNING id;
 
 -- name: cancel
--- Withdraw a queued or running job; the article's four statuses stay the only ones.
+-- Withdraw a queued or running job; the four statuses (queued, running, done, failed) stay the only ones.
 -- attempts stays as it is: a running job's worker then finds it no longer its own
 -- (its heartbeat, completion or failure changes nothing), and a later requeue's
 -- claim gets a token that worker never held.

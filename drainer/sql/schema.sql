@@ -1,9 +1,9 @@
 -- The drainer schema, as numbered migrations applied in order by `drainer migrate`.
 -- Every statement is idempotent, so a database whose `jobs` table was created by
--- hand from the article upgrades cleanly. Only `jobs` is required at run time;
+-- hand (the classic jobs table) upgrades cleanly. Only `jobs` is required at run time;
 -- everything after migration 1 is used when present.
 
--- migration: 1  the article's table and partial index, column for column
+-- migration: 1  the classic jobs table and its partial index, column for column
 CREATE TABLE IF NOT EXISTS jobs (
   id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   queue        text        NOT NULL DEFAULT 'default',

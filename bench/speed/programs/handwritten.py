@@ -1,7 +1,7 @@
-"""The hand-written baseline: the seed's statements in a plain psycopg loop.
+"""The hand-written baseline: the classic jobs-table statements in a plain psycopg loop.
 
 `python handwritten.py URL QUEUE --complete each|batch [--sleep S] [--concurrency N]`
-claims 10 jobs with the seed's CTE (FOR UPDATE SKIP LOCKED, committed at once),
+claims 10 jobs with the classic claim CTE (FOR UPDATE SKIP LOCKED, committed at once),
 runs a no-op (or sleeping) handler on each, then completes them: one guarded UPDATE
 per job (`each`, checking each row count), or one guarded UPDATE for the batch
 (`batch`); it exits when a claim comes back empty. This is what a user writes in an
