@@ -132,6 +132,7 @@ class Batch:
         self.took = took
         self.confirming = threading.Lock()
         self.unconfirmable = False
+        self.closed = False  # set when run() returns: written-off handlers change nothing
         self.running: dict[int, Job] = {}
         self.started: dict[int, float] = {}  # job id -> when its handler began
         self.timed_out: set[int] = set()
@@ -148,10 +149,11 @@ class Batch:
                 and abs(clock.wall() - self.confirmed_wall) < limit)
 
     def _next(self) -> Job | None:
-        if not self._fresh():
+        if not self.closed and not self._fresh():
             self._confirm()
         with self.lock:
-            if self.pending and self._fresh() and self.may_start(self.pending[0]):
+            if (self.pending and not self.closed and self._fresh()
+                    and self.may_start(self.pending[0])):
                 job = self.pending.popleft()
                 self.running[job.id] = job
                 self.started[job.id] = clock.monotonic()
@@ -167,10 +169,11 @@ class Batch:
                 self.unconfirmable = not self._heartbeat()
 
     def _finish(self, job: Job, error: str | None) -> bool:
-        """Record a handler's result; False when it came after the job's timeout,
-        so it changes nothing and this thread's place has gone to another."""
+        """Record a handler's result; False when it came after the job's timeout (this
+        thread's place has gone to another) or after the batch ended: it changes
+        nothing."""
         with self.lock:
-            if job.id in self.timed_out:
+            if job.id in self.timed_out or self.closed:
                 return False
             self.running.pop(job.id, None)
             if self.took:
@@ -269,5 +272,6 @@ class Batch:
             # A job still running but already lost is counted lost, not abandoned.
             self.outcome.abandoned = [job for job in self.running.values()
                                       if job.id not in self.outcome.lost]
+            self.closed = True
             self.pending.clear()
         return self.outcome

@@ -294,6 +294,31 @@ def settle(
         claimed=[Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
 
+def settle_again(
+    conn: psycopg.Connection,
+    succeeded: Sequence[Job],
+    failures: Sequence[tuple[Job, str]],
+    *,
+    claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+) -> Settled:
+    """`settle` on a new session after the first one's answer was lost with its
+    session: without the release (whose outcome is unknown), and counting as ours the
+    completions and failures of the first send that had landed (else reported lost)."""
+    settled = settle(conn, succeeded, failures, (), claim_next=claim_next)
+    done = [job for job in succeeded if job.id not in settled.done]
+    failed = [(job, error) for job, error in failures if job.id not in settled.failed]
+    if done or failed:
+        params = {**_pairs([*done, *(job for job, _ in failed)]),
+                  "errors": [None] * len(done) + [storable(e, conn) for _, e in failed]}
+        with translated():
+            for job_id, status in _run(conn, "landed", params).fetchall():
+                if status == "done":
+                    settled.done.add(job_id)
+                else:
+                    settled.failed[job_id] = status
+    return settled
+
+
 def start(conn: psycopg.Connection, *, now: datetime | None = None) -> tuple[int, bool]:
     """Reap expired leases of every queue; returns (reaped, has_archive_table)."""
     reaped, has_archive = _run(conn, "start", {"now": now}).fetchone()

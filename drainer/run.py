@@ -152,15 +152,20 @@ class Link:
         self.reopen = reopen
         self.opened: list[psycopg.Connection] = []
         self.lock = threading.Lock()  # heartbeats come from handler threads too
+        self.closed = False
 
     def send(self, first: Callable[[psycopg.Connection], T],
              again: Callable[[psycopg.Connection], T] | None = None) -> T:
-        """`first(conn)`; if the session drops, `again` (default: `first`) on a new one."""
+        """`first(conn)`; if the session drops, `again` (default: `first`) on a new one.
+        An error that leaves the session alive (a deadlock, a full disk) is raised as is:
+        then what was sent is known to have rolled back."""
         with self.lock:
+            if self.closed:  # a handler written off at a stop, still going after the drain
+                raise DatabaseUnavailable("the drain has ended; its connection is closed")
             try:
                 return first(self.conn)
             except DatabaseUnavailable as exc:
-                if self.reopen is None:
+                if self.reopen is None or not (self.conn.broken or self.conn.closed):
                     raise
                 lost = exc
             for pause in RECONNECTS:
@@ -176,6 +181,8 @@ class Link:
             raise lost
 
     def close(self) -> None:
+        with self.lock:
+            self.closed = True
         for conn in self.opened:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
@@ -283,7 +290,8 @@ def _settle(link: Link, outcome: Outcome,
     return link.send(
         lambda c: queue.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
                                claim_next=claim_next),
-        lambda c: queue.settle(c, outcome.succeeded, outcome.failed, (), claim_next=claim_next))
+        lambda c: queue.settle_again(c, outcome.succeeded, outcome.failed,
+                                     claim_next=claim_next))
 
 
 def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:

@@ -32,12 +32,16 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 -- One round trip at the start of a drain: reap every queue's expired leases (a
 -- serverless deployment may have no other reaper) and learn whether `migrate`
 -- created the archive table. Fails with undefined_table when `jobs` is missing.
+-- A running row with no lease at all (another producer's) has none to wait for.
+-- A hand-made table may allow a NULL max_attempts: the column default stands in.
 WITH reaped AS (
   UPDATE jobs
-  SET status       = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
+  SET status       = CASE WHEN attempts >= coalesce(max_attempts, 5)
+                          THEN 'failed' ELSE 'queued' END,
       locked_until = NULL,
       last_error   = coalesce(last_error, 'lease expired')
-  WHERE status = 'running' AND locked_until < coalesce(%(now)s, now())
+  WHERE status = 'running'
+    AND (locked_until < coalesce(%(now)s, now()) OR locked_until IS NULL)
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
@@ -49,7 +53,8 @@ SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
 -- queue.claim() writes %(limit)s as a literal (see there); the update finds the taken
 -- rows through the primary key whatever the table's size, and they are returned oldest
 -- first. A row whose attempts another producer left at the integer limit cannot count
--- one more: it fails alone, saying why, instead of failing the whole claim.
+-- one more: it fails alone, saying why, instead of failing the whole claim (a hand-made
+-- table may allow NULL attempts: counted as 0).
 -- The planner cannot see how many names an array parameter holds and guesses
 -- 10; the no-op LIMIT makes it guess 1 (a tenth), or the plan it prepares looks ten
 -- times dearer than a fresh one on a big table, and every claim is planned again.
@@ -67,11 +72,13 @@ WITH next AS (
   LIMIT %(limit)s
 ), claimed AS (
   UPDATE jobs j
-  SET status       = CASE WHEN j.attempts < 2147483647 THEN 'running' ELSE 'failed' END,
-      attempts     = CASE WHEN j.attempts < 2147483647 THEN j.attempts + 1 ELSE j.attempts END,
-      locked_until = CASE WHEN j.attempts < 2147483647
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
                           THEN coalesce(%(now)s, now()) + %(lease)s END,
-      last_error   = CASE WHEN j.attempts < 2147483647 THEN j.last_error
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
                           ELSE 'attempts is at the integer limit (2147483647): no attempt '
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
@@ -96,9 +103,11 @@ RETURNING j.id;
 -- A whole batch of failures in one statement: retry after
 -- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts. The exponent
 -- is capped before the power (2^9 * 10 s is past the hour already): an interval of
--- 10 s * 2^40 overflows, and would fail the whole batch's write-back.
+-- 10 s * 2^40 overflows, and would fail the whole batch's write-back. A NULL
+-- max_attempts (a hand-made table may allow it) counts as the column default, 5.
 UPDATE jobs j
-SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+SET status       = CASE WHEN j.attempts >= coalesce(j.max_attempts, 5)
+                        THEN 'failed' ELSE 'queued' END,
     run_at       = coalesce(%(now)s, now())
                    + least(interval '1 hour',
                            interval '10 seconds' * 2 ^ least(greatest(j.attempts, 0), 12)),
@@ -110,6 +119,21 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id, j.status;
+
+-- name: landed
+-- After a write-back whose answer was lost with the session, which of its writes had
+-- landed before it was sent again: a job done with our token can only be our
+-- completion (a started job is never released, so no one else held that token), and
+-- a failure is ours if the row has our token, our error and no lease. Returns each
+-- such id with its status.
+SELECT j.id, j.status
+FROM jobs j
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[])
+     AS t(id, attempts, error) ON j.id = t.id AND j.attempts = t.attempts
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND CASE WHEN t.error IS NULL THEN j.status = 'done'
+           ELSE j.status IN ('queued', 'failed') AND j.last_error = t.error
+                AND j.locked_until IS NULL END;
 
 -- name: extend
 -- Lease heartbeat for jobs still running; returns the ids still ours.
@@ -167,26 +191,28 @@ WHERE id IN (
 -- run_at or a running job's lease end, clamped to now() when work is ready already,
 -- NULL when nothing is left; then its two sources, the earliest queued run_at and the
 -- earliest lease end (a lease end matters only if its holder died: the wake-ups tell
--- them apart), and the database clock's now() they were judged at. Another producer may park a job at run_at 'infinity' (never ready, so
--- never due) or write '-infinity' (ready: due now); neither is a time Python can hold.
+-- them apart), and the database clock's now() they were judged at. Another producer
+-- may write times Python cannot hold: past year 9998 ('infinity' too) a job is
+-- parked, never due; before year 2 ('-infinity' too) it is ready, due now. The
+-- sources are computed once (MATERIALIZED), however often the answer names them.
+WITH t(now) AS (SELECT coalesce(%(now)s, now())),
+d AS MATERIALIZED (SELECT
+  (SELECT min(r.run_at)
+   FROM unnest(%(queues)s::text[]) AS q(name)
+   CROSS JOIN LATERAL (
+     SELECT run_at FROM jobs
+     WHERE queue = q.name AND status = 'queued' AND run_at < '9999-01-01'
+     ORDER BY run_at LIMIT 1
+   ) AS r) AS queued,
+  (SELECT min(locked_until) FROM jobs
+   WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
+     AND locked_until < '9999-01-01') AS leased)
 SELECT CASE WHEN least(queued, leased) IS NULL THEN NULL
             ELSE greatest(least(queued, leased), t.now) END,
-       CASE WHEN queued = '-infinity' THEN t.now ELSE queued END,
-       CASE WHEN leased = '-infinity' THEN t.now ELSE leased END,
+       CASE WHEN queued < '0002-01-01' THEN t.now ELSE queued END,
+       CASE WHEN leased < '0002-01-01' THEN t.now ELSE leased END,
        t.now
-FROM (SELECT coalesce(%(now)s, now())) AS t(now),
-     LATERAL (SELECT
-        (SELECT min(r.run_at)
-         FROM unnest(%(queues)s::text[]) AS q(name)
-         CROSS JOIN LATERAL (
-           SELECT run_at FROM jobs
-           WHERE queue = q.name AND status = 'queued' AND run_at < 'infinity'
-           ORDER BY run_at LIMIT 1
-         ) AS r) AS queued,
-        (SELECT min(locked_until) FROM jobs
-         WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
-           AND locked_until < 'infinity') AS leased
-      ) AS d;
+FROM d, t;
 
 -- name: enqueue
 INSERT INTO jobs (queue, payload, run_at, max_attempts)
