@@ -1,11 +1,11 @@
-"""AWS Lambda entry point (`handlers/aws_lambda.handler`); see infra/README.md.
+"""AWS Lambda entry point of this repository's own template
+(`handlers/aws_lambda.handler`, infra/template.yaml); see infra/README.md.
 
-The function is configured by its environment (DRAINER_TASKS, DATABASE_URL or
-DRAINER_DATABASE_SECRET_ARN, ...); everything else is `drainer.aws.function`.
+A re-export of the packaged `drainer.aws.lambda_handler.handler`, which is what an
+app that installs drainer names instead: this file exists only for a checkout
+deployed with infra/stage.py, and must not grow code of its own.
 """
 
-from drainer.aws.function import run_lambda
+from drainer.aws.lambda_handler import handler
 
-
-def handler(event: dict, context: object) -> dict:
-    return run_lambda(event, context)
+__all__ = ["handler"]

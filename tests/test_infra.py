@@ -1,10 +1,12 @@
 """infra/template.yaml, validated offline: translated by aws-sam-translator (as
 CloudFormation does on deploy), the result linted by cfn-lint (which does not
-look inside SAM resources itself), and every handler it names importable."""
+look inside SAM resources itself), every handler it names importable, and its
+artifact holding the function's code and nothing else of the checkout."""
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -17,6 +19,19 @@ from samtranslator.yaml_helper import yaml_parse
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "infra" / "template.yaml"
+STAGE = ROOT / "infra" / "stage.py"
+
+# What `sam build` (aws-lambda-builders' Python pip workflow) leaves out when it
+# copies a function's CodeUri directory into the artifact, matched against every
+# file and directory name with shutil.ignore_patterns, as it does. Everything else
+# there is packaged, and requirements.txt's dependencies are installed beside it.
+SAM_EXCLUDES = (
+    ".aws-sam", ".chalice", ".git", ".gitignore", "*.pyc", "__pycache__", "*.so", ".Python",
+    "*.egg-info", "*.egg", "pip-log.txt", "pip-delete-this-directory.txt", "htmlcov", ".tox",
+    ".nox", ".coverage", ".cache", ".pytest_cache", ".python-version", ".mypy_cache",
+    ".dmypy.json", ".pyre", ".env", ".venv", "venv", "venv.bak", "env.bak", "ENV", "env",
+    ".vscode", ".idea",
+)
 SUSPEND_AFTER_MINUTES = 10  # the seed: polling more often keeps the compute awake
 
 
@@ -35,6 +50,68 @@ def sam() -> dict:
 def functions(template: dict) -> dict[str, dict]:
     return {name: r["Properties"] for name, r in template["Resources"].items()
             if r["Type"] == "AWS::Serverless::Function"}
+
+
+def artifact_input(code: Path) -> set[str]:
+    """The files `sam build` copies from the CodeUri directory `code` into the
+    artifact, as paths relative to it (SAM_EXCLUDES left out, links followed)."""
+    ignore = shutil.ignore_patterns(*SAM_EXCLUDES)
+    files = set()
+    for directory, dirs, names in os.walk(code, followlinks=True):
+        skip = ignore(directory, [*dirs, *names])
+        dirs[:] = [d for d in dirs if d not in skip]
+        files |= {Path(directory, n).relative_to(code).as_posix() for n in names
+                  if n not in skip}
+    return files
+
+
+def code_dir(template: Path, props: dict) -> Path:
+    """The directory a function's CodeUri names, relative to its template."""
+    return (template.parent / props["CodeUri"]).resolve()
+
+
+def imports_in(code: Path, handler: str) -> subprocess.CompletedProcess:
+    """Resolve `handler` as the Lambda runtime does, with `code` as the task root
+    (first on sys.path) and the interpreter's installed packages after it: the
+    module is `a.b` for `a/b` or `a.b`, the function the part after the last dot.
+    Isolated (-I): neither this checkout nor PYTHONPATH is on the path."""
+    module, _, function = handler.rpartition(".")
+    check = (f"import importlib, sys; sys.path.insert(0, {str(code)!r}); "
+             f"m = importlib.import_module({module.replace('/', '.')!r}); "
+             f"assert callable(m.{function}), 'not callable'")
+    return subprocess.run([sys.executable, "-I", "-c", check], cwd=code, capture_output=True,
+                          text=True)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A copy of this checkout as someone deploying it has it: drainer/, handlers/,
+    infra/, requirements.txt and their task package myapp/, next to what must never
+    reach the function: the embedded database under .drainer/, tests/, a .venv/
+    and bytecode caches."""
+    root = tmp_path / "checkout"
+    for name in ("drainer", "handlers", "infra"):
+        shutil.copytree(ROOT / name, root / name,
+                        ignore=shutil.ignore_patterns("__pycache__", ".aws-sam"))
+    shutil.copy2(ROOT / "requirements.txt", root)
+    files = {
+        "myapp/__init__.py": "",
+        "myapp/tasks.py": "from drainer import task\n\n\n@task('email')\ndef send(job):\n"
+                          "    pass\n",
+        "myapp/__pycache__/tasks.cpython-312.pyc": "",
+        ".drainer/pgdata/base/1/1259": "x" * 4096,
+        "tests/test_myapp.py": "",
+        ".venv/lib/python3.12/site-packages/psycopg/__init__.py": "",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def stage(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(root / "infra" / "stage.py"), *args],
+                          capture_output=True, text=True)
 
 
 def translated(sam: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
@@ -56,17 +133,49 @@ def test_the_template_translates_and_lints_clean(sam, monkeypatch):
             "AWS::IAM::ManagedPolicy"} <= types
 
 
-def test_every_handler_it_names_imports(sam):
+def test_every_handler_it_names_imports_from_the_staged_code(sam, checkout):
+    proc = stage(checkout, "myapp.tasks")
+    assert proc.returncode == 0, proc.stderr
     for props in functions(sam).values():
-        module, _, function = props["Handler"].rpartition(".")
-        code = (TEMPLATE.parent / props["CodeUri"]).resolve()
+        code = code_dir(checkout / "infra" / TEMPLATE.name, props)
+        module = props["Handler"].rpartition(".")[0]
         assert (code / f"{module}.py").is_file()
-        # As the Lambda runtime does: the package root on sys.path, `a/b` as `a.b`.
-        check = (f"import importlib; m = importlib.import_module({module.replace('/', '.')!r}); "
-                 f"assert callable(m.{function})")
-        proc = subprocess.run([sys.executable, "-c", check], cwd=code, capture_output=True,
-                              text=True)
+        proc = imports_in(code, props["Handler"])
         assert proc.returncode == 0, proc.stderr
+
+
+def test_the_artifact_holds_the_functions_code_and_nothing_else(sam, checkout):
+    """The CodeUri is the staged directory, not the root: `sam build` would copy the
+    root's .drainer/ (not among its exclusions), tests/ and all."""
+    proc = stage(checkout, "myapp.tasks")
+    assert proc.returncode == 0, proc.stderr
+    [props] = functions(sam).values()
+    code = code_dir(checkout / "infra" / TEMPLATE.name, props)
+    assert code == checkout / "build" / "lambda"
+    files = artifact_input(code)
+    assert {f.split("/")[0] for f in files} == {"drainer", "handlers", "myapp",
+                                                "requirements.txt"}
+    assert {"drainer/sql/schema.sql", "drainer/aws/lambda_handler.py", "handlers/aws_lambda.py",
+            "myapp/tasks.py"} <= files
+    assert not [f for f in files if f.startswith((".drainer/", "tests/", ".venv/", "infra/"))]
+    assert (code / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
+
+
+def test_staging_again_replaces_what_it_staged_and_nothing_else(checkout):
+    (checkout / "other.py").write_text("")
+    assert stage(checkout, "myapp.tasks", "other").returncode == 0
+    out = checkout / "build" / "lambda"
+    assert (out / "other.py").is_file()
+    assert stage(checkout, "myapp.tasks").returncode == 0
+    assert not (out / "other.py").exists()  # a module no longer named leaves the artifact
+    mine = checkout / "mine"
+    (mine / "keep").mkdir(parents=True)
+    refused = stage(checkout, "myapp.tasks", "--out", str(mine))
+    assert refused.returncode == 2 and "not made by" in refused.stderr
+    assert (mine / "keep").is_dir()
+    for bad in ("missing.tasks", "../myapp", ".drainer"):
+        proc = stage(checkout, bad)
+        assert proc.returncode == 2 and bad in proc.stderr, (bad, proc.stderr)
 
 
 def test_the_function_is_configured_as_the_issue_requires(sam):

@@ -1,0 +1,1 @@
+"""The example app: the code its Lambda function runs (template.yaml's CodeUri)."""
