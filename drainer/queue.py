@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import NamedTuple
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
@@ -231,7 +232,8 @@ def fail(
 
     Returns {id: new status} for the jobs that were still ours.
     """
-    return settle(conn, (), failures, (), now=now).failed
+    failed = settle(conn, (), failures, (), now=now).failed
+    return {job_id: failure.status for job_id, failure in failed.items()}
 
 
 def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
@@ -252,14 +254,23 @@ def extend(
     return _ids(_run(conn, "extend", {**_pairs(jobs), "lease": lease, "now": now}))
 
 
+class Failure(NamedTuple):
+    """A recorded failure: the job's new status, 'queued' (to retry) or 'failed' (for
+    good), and its new run_at, the database's time for the retry, which the failure's
+    log line names."""
+
+    status: str
+    run_at: datetime
+
+
 @dataclass
 class Settled:
-    """What writing a batch back found: the ids done, {id: new status} of the
-    failures and the ids released that were still ours (a job in none was no longer
-    ours), and the next batch."""
+    """What writing a batch back found: the ids done, {id: Failure} of the failures
+    and the ids released that were still ours (a job in none was no longer ours), and
+    the next batch."""
 
     done: set[int]
-    failed: dict[int, str]
+    failed: dict[int, Failure]
     released: set[int]
     claimed: list[Job]
 
@@ -289,7 +300,8 @@ def settle(
         claimed = _claim(conn, *claim_next) if claim_next else None
     return Settled(
         done=_ids(done),
-        failed=dict(failed.fetchall()) if failed is not None else {},
+        failed=({i: Failure(s, at) for i, s, at in failed.fetchall()}
+                if failed is not None else {}),
         released=_ids(released),
         claimed=[Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
@@ -311,11 +323,11 @@ def settle_again(
         params = {**_pairs([*done, *(job for job, _ in failed)]),
                   "errors": [None] * len(done) + [storable(e, conn) for _, e in failed]}
         with translated():
-            for job_id, status in _run(conn, "landed", params).fetchall():
+            for job_id, status, run_at in _run(conn, "landed", params).fetchall():
                 if status == "done":
                     settled.done.add(job_id)
                 else:
-                    settled.failed[job_id] = status
+                    settled.failed[job_id] = Failure(status, run_at)
     return settled
 
 

@@ -3,14 +3,17 @@
 import psycopg
 
 from .errors import translated
+from .failures import one_line
 from .sql import QUERIES
 
 
 def stats(conn: psycopg.Connection) -> dict:
     """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
-    last hour (None without migration 5's done_at column); and table health."""
+    last hour (None without migration 5's done_at column); each queue's most frequent
+    errors; and table health."""
     with translated():
         rows = conn.execute(QUERIES["stats"]).fetchall()
+        errors = conn.execute(QUERIES["top_errors"], {"top": TOP_ERRORS}).fetchall()
         health = conn.execute(QUERIES["table_health"]).fetchone()
         done = None
         if conn.execute(QUERIES["has_done_at"]).fetchone()[0]:
@@ -25,7 +28,10 @@ def stats(conn: psycopg.Connection) -> dict:
     table = {"n_live_tup": live, "n_dead_tup": dead,
              "last_autovacuum": autovacuum.isoformat() if autovacuum else None,
              "last_vacuum": vacuum.isoformat() if vacuum else None}
-    return {"queues": queues, "done_last_hour": done, "table": table}
+    top: dict[str, list[dict]] = {}
+    for q, error, jobs, latest in errors:
+        top.setdefault(q, []).append({"error": error, "jobs": jobs, "latest_id": latest})
+    return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table}
 
 
 def _age(seconds: float | None) -> str:
@@ -47,7 +53,8 @@ def format_stats(data: dict) -> str:
              for row in (head, *rows)]
     if not rows:
         lines.append("(no jobs)")
-    lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"])]
+    lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"]),
+              *_top_errors(data.get("top_errors") or {})]
     t = data["table"]
     lines.append("")
     lines.append(f"jobs table: {t['n_live_tup']} live, {t['n_dead_tup']} dead tuples; "
@@ -57,6 +64,8 @@ def format_stats(data: dict) -> str:
 
 
 CHART_WIDTH = 40
+TOP_ERRORS = 3  # distinct errors shown per queue
+ERRORS_WIDTH = 120  # characters of an error line
 DEPTH = ("queued", "running", "failed")  # done rows are history, not depth
 
 
@@ -83,4 +92,22 @@ def _chart(rows: list[dict]) -> list[str]:
         label = q if q != previous else ""
         lines.append(f"{label:<{name_width}}  {status:<7}  {jobs:>{digits},}  {bar}")
         previous = q
+    return lines
+
+
+def _top_errors(top: dict[str, list[dict]]) -> list[str]:
+    """Each queue's most frequent errors, one line each with how many jobs hold it and
+    the newest of them: `retried 14` in a summary says nothing of why; this does."""
+    if not top:
+        return []
+    name_width = max(len(q) for q in top)
+    digits = max(len(f"{e['jobs']:,}") for errors in top.values() for e in errors)
+    ids = max(len(str(e["latest_id"])) for errors in top.values() for e in errors)
+    lines = ["", "most frequent errors (failed and retrying jobs; `drainer show ID` for the "
+                 "newest of each):"]
+    for q, errors in sorted(top.items()):
+        for n, e in enumerate(errors):
+            text = (f"{q if n == 0 else '':<{name_width}}  {e['jobs']:>{digits},}  "
+                    f"job {e['latest_id']:<{ids}}  {one_line(e['error'])}")
+            lines.append(text if len(text) <= ERRORS_WIDTH else text[: ERRORS_WIDTH - 1] + "…")
     return lines

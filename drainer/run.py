@@ -8,6 +8,7 @@ points and the simulator use the very same code.
 import contextlib
 import logging
 import math
+import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -133,6 +134,7 @@ class Options:
     concurrency: int = 1
     archive_after: timedelta = DEFAULT_ARCHIVE_AFTER
     deadline: float | None = None  # on the clock seam's monotonic scale
+    verbose: bool = False  # each failure's log line carries the handler's traceback
 
 
 Reopen = Callable[[], psycopg.Connection]
@@ -260,6 +262,7 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
             extend=lambda js: link.send(lambda c: queue.extend(c, js, options.lease)),
             may_start=may_start, stop=stop, confirmed=sent,
             took=lambda job, seconds: sizer.took(job.queue, seconds),
+            tracebacks=options.verbose,
         ).run()
         started = len(jobs) - len(outcome.unstarted)
         sizer.observe(started, clock.monotonic() - batch_began, full=len(jobs) == size)
@@ -270,6 +273,7 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
         sent = clock.monotonic()
         settled = _settle(link, outcome, (options.queues, size, options.lease) if size else None)
         _record(settled, outcome, summary, len(jobs))
+        _log_failures(settled, outcome)
         if on_batch:
             on_batch(summary)
         jobs = settled.claimed
@@ -305,9 +309,40 @@ def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed:
     if lost:
         log.warning("jobs lost: %d no longer ours (lease expired and taken over, or "
                     "cancelled)", len(lost))
-    statuses = settled.failed.values()
+    statuses = [failure.status for failure in settled.failed.values()]
     summary.claimed += claimed - len(outcome.unstarted) - len(outcome.abandoned)
     summary.done += len(settled.done)
     summary.failed += sum(1 for s in statuses if s == "failed")
     summary.retried += sum(1 for s in statuses if s == "queued")
     summary.lost += len(lost)
+
+
+def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:
+    """One stderr line per failed attempt that was still ours once written back: the
+    summary's counts alone (`retried 14`) leave a user no way to learn why short of
+    psql. A failure no longer ours changed nothing and is counted lost instead."""
+    for job, error in outcome.failed:
+        failure = settled.failed.get(job.id)
+        if failure is not None:
+            _log_failure(job, error, failure, outcome.tracebacks.get(job.id))
+
+
+def _log_failure(job: queue.Job, error: str, failure: queue.Failure, traced: str | None
+                 ) -> None:
+    """The failure as one line (a multi-line message shows its newlines as \\n), and
+    as structured fields for the cloud function's JSON logs; a retry is a warning, a
+    job failed for good an error. `traced` (--verbose) follows, indented."""
+    retry = failure.status == "queued"
+    then = f"retry at {failure.run_at.isoformat()}" if retry else "failed for good"
+    shown = error.replace("\r", "\\r").replace("\n", "\\n")
+    # A hand-made table may hold a NULL max_attempts, which the fail statement reads as 5.
+    limit = queue.DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts
+    line = (f"job {job.id} (queue {job.queue}) failed, attempt {job.attempts} of {limit}: "
+            f"{shown}; {then}")
+    data = {"event": "job_failed", "id": job.id, "queue": job.queue, "attempt": job.attempts,
+            "max_attempts": limit, "error": error,
+            "next": "retry" if retry else "failed", "retry_at": failure.run_at if retry else None}
+    if traced is not None:
+        line += "\n" + textwrap.indent(traced, "  ")
+        data["traceback"] = traced
+    log.log(logging.WARNING if retry else logging.ERROR, "%s", line, extra={"data": data})

@@ -378,9 +378,10 @@ class Soak:
             problems.append("no run was in progress when PostgreSQL restarted")
         for run in (r for r in self.runs if r.fault == "SIGTERM"):
             stopped = (run.summary() or {}).get("stopped")
-            # A drain already ending by itself may meet the signal in its last moments.
+            # A drain already ending by itself may meet the signal in its last moments
+            # (its last line may be the hint that follows failures).
             ending = run.code in (0, -signal.SIGTERM) and re.search(
-                r"stopped: (empty|deadline)$", run.stderr.strip())
+                r"stopped: (empty|deadline)$", run.stderr.strip(), re.MULTILINE)
             # ...or the PostgreSQL restart, while it finished its running handlers.
             if stopped != "signal" and not ending and not run.database_went_away():
                 problems.append(f"the SIGTERM'd pid {run.pid} exited {run.code}: "

@@ -347,7 +347,8 @@ def test_a_resend_counts_what_the_lost_answer_had_written(conn):
     conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "
                  "WHERE id = %s", (taken.id,))  # and another worker has this one now
     settled = queue.settle_again(conn, [ok, taken], [(bad, "boom")])
-    assert settled.done == {ok.id} and settled.failed == {bad.id: "queued"}
+    assert settled.done == {ok.id} and settled.failed[bad.id].status == "queued"
+    assert list(settled.failed) == [bad.id]
 
 
 def test_an_error_that_leaves_the_session_alive_is_not_sent_again(conn):

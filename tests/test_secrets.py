@@ -82,8 +82,14 @@ def test_no_command_and_no_error_shows_the_password(server, owned_db, tmp_path):
     if "work" in COMMANDS:
         run("work", *db, "--tasks", "behave", "--max-runtime", "1")
     # The same through the environment, and libpq's PGPASSWORD with no password in the URL.
-    run("drain", "--tasks", "behave", env=clean_env(DATABASE_URL=good))
+    run("drain", "--tasks", "behave", "--verbose", env=clean_env(DATABASE_URL=good))
     run("stats", env=clean_env(DRAINER_DATABASE_URL=good))
+    # The failures seen: the handler's error above quotes the URL.
+    failed = json.loads(run("failed", "--json", *db))["jobs"]
+    run("failed", *db)
+    run("show", str(failed[0]["id"]), *db)
+    run("show", str(failed[0]["id"]), "--json", *db)
+    run("show", "999999", *db, expect=1)
     no_password = good.replace(f":{urllib.parse.quote(SECRET, safe='')}@", "@")
     assert SECRET not in no_password
     run("stats", "--database-url", no_password, env=clean_env(PGPASSWORD=SECRET))

@@ -101,7 +101,8 @@ RETURNING j.id;
 
 -- name: fail
 -- A whole batch of failures in one statement: retry after
--- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts. The exponent
+-- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts; each row's new
+-- run_at comes back, so the failure's log line says when the retry is due. The exponent
 -- is capped before the power (2^9 * 10 s is past the hour already): an interval of
 -- 10 s * 2^40 overflows, and would fail the whole batch's write-back. A NULL
 -- max_attempts (a hand-made table may allow it) counts as the column default, 5.
@@ -118,15 +119,16 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
      AS t(id, attempts, error, status)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id, j.status;
+RETURNING j.id, j.status, j.run_at;
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
 -- landed before it was sent again: a job done with our token can only be our
 -- completion (a started job is never released, so no one else held that token), and
 -- a failure is ours if the row has our token, our error and no lease. Returns each
--- such id with its status.
-SELECT j.id, j.status
+-- such id with its status, and a failure's run_at (a done row's may be a time Python
+-- cannot hold, so it is not read).
+SELECT j.id, j.status, CASE WHEN t.error IS NOT NULL THEN j.run_at END
 FROM jobs j
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[])
      AS t(id, attempts, error) ON j.id = t.id AND j.attempts = t.attempts
@@ -260,6 +262,41 @@ SELECT j.queue, j.status, count(*) AS jobs,
 FROM jobs j
 GROUP BY j.queue, j.status
 ORDER BY j.queue, j.status;
+
+-- name: top_errors
+-- `stats`: each queue's most frequent errors among the jobs that failed for good or
+-- wait to retry (done jobs, which recovered, and cancelled ones left out), with how
+-- many jobs hold each and the newest of them, for `drainer show`; ties go to the
+-- error seen most recently.
+SELECT queue, last_error, jobs, latest
+FROM (SELECT queue, last_error, count(*) AS jobs, max(id) AS latest,
+             row_number() OVER (PARTITION BY queue
+                                ORDER BY count(*) DESC, max(id) DESC) AS rank
+      FROM jobs
+      WHERE status IN ('queued', 'running', 'failed') AND last_error IS NOT NULL
+        AND last_error <> 'cancelled'
+      GROUP BY queue, last_error) AS e
+WHERE rank <= %(top)s
+ORDER BY queue, rank;
+
+-- name: failed_jobs
+-- `drainer failed`: failed jobs of one queue or all, newest first (by id: no column
+-- records when a job failed). Times as the database writes them, JSON text, so that
+-- one Python cannot hold (year 10000, infinity) is shown, not fatal.
+SELECT id, queue, attempts, max_attempts, to_json(created_at) #>> '{}', last_error
+FROM jobs
+WHERE status = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: show_job
+-- `drainer show`: one job's row, every column the table has (done_at when migration 5
+-- added it), in column order, as JSON text (times as the database writes them).
+SELECT row_to_json(j)::text FROM jobs j WHERE j.id = %(id)s;
+
+-- name: show_archived_job
+-- `drainer show` of a job no longer in `jobs`, when `migrate` created the archive.
+SELECT row_to_json(a)::text FROM jobs_archive a WHERE a.id = %(id)s;
 
 -- name: table_health
 SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum

@@ -1,0 +1,113 @@
+"""`drainer failed` and `drainer show ID`: why jobs failed, without psql.
+
+Times come back as the database writes them (JSON text), never as Python datetimes:
+another producer may have stored one Python cannot hold (year 10000, infinity), and
+an inspection command must show such a row, not fail on it.
+"""
+
+import json
+import re
+import shutil
+
+import psycopg
+
+from . import queue
+from .errors import DrainerError, translated
+from .sql import QUERIES
+
+DEFAULT_LIMIT = 20
+DEFAULT_WIDTH = 120  # when stdout is no terminal and COLUMNS is unset
+MIN_WIDTH = 40
+_FRACTION = re.compile(r"\.\d+(?=[+-]|$)")
+
+
+def failed(conn: psycopg.Connection, *, queue_name: str | None = None,
+           limit: int = DEFAULT_LIMIT) -> dict:
+    """The newest `limit` failed jobs (of one queue, or all), each with its full last
+    error; `more` says whether older ones were left out."""
+    with translated():
+        rows = conn.execute(QUERIES["failed_jobs"],
+                            {"queue": queue_name, "limit": limit + 1}).fetchall()
+    keys = ("id", "queue", "attempts", "max_attempts", "created_at", "last_error")
+    return {"jobs": [dict(zip(keys, row, strict=True)) for row in rows[:limit]],
+            "more": len(rows) > limit}
+
+
+def width() -> int:
+    """The terminal's width (COLUMNS first), else DEFAULT_WIDTH."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(error: str | None) -> str:
+    """An error's text on one line (whitespace runs, newlines included, as one space)."""
+    return "-" if error is None else " ".join(error.split())
+
+
+def _seconds(moment: str | None) -> str:
+    """An ISO time without its fraction of a second: a list needs no more."""
+    return "-" if moment is None else _FRACTION.sub("", moment)
+
+
+def format_failed(data: dict, columns: int) -> str:
+    """One line per job, cut to `columns` characters: id, queue, attempts/max, created,
+    the last error on one line."""
+    if not data["jobs"]:
+        return "(no failed jobs)"
+    head = ("id", "queue", "attempts", "created", "last error")
+    rows = [(str(j["id"]), j["queue"],
+             f"{j['attempts']}/{'-' if j['max_attempts'] is None else j['max_attempts']}",
+             _seconds(j["created_at"]), one_line(j["last_error"])) for j in data["jobs"]]
+    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(4)]
+    lines = [_cut("  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)),
+                             row[4]]), columns) for row in (head, *rows)]
+    if data["more"]:
+        lines.append(f"(the newest {len(rows)} shown; --limit N shows more)")
+    return "\n".join(lines)
+
+
+def job(conn: psycopg.Connection, job_id: int) -> tuple[dict, bool]:
+    """Every column of the job's row, in table order, and whether it came from the
+    archive; DrainerError (exit 1) when neither table has it."""
+    with translated():
+        row = conn.execute(QUERIES["show_job"], {"id": job_id}).fetchone()
+        archived = row is None and queue.has_archive(conn)
+        if archived:
+            row = conn.execute(QUERIES["show_archived_job"], {"id": job_id}).fetchone()
+    if row is None:
+        where = "jobs or jobs_archive" if archived else "jobs"
+        raise DrainerError(f"no job {job_id} in {where}; `drainer failed` lists failed jobs")
+    return _loads(row[0]), archived
+
+
+def _loads(text: str) -> dict:
+    """The row's JSON; a row Python's json cannot load (a payload nested too deep, a
+    number too long) is shown as the database's JSON text."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return {"row": text}
+
+
+def format_job(row: dict, archived: bool) -> str:
+    """`key  value` lines in column order; the payload pretty-printed and every value
+    in full, continued lines indented under the first."""
+    pad = max(len(key) for key in row) + 2
+    lines = [f"job {row.get('id', '?')}" + (" (archived: in jobs_archive)" if archived else "")]
+    for key, value in row.items():
+        text = _value(value) if key != "payload" else json.dumps(value, indent=2,
+                                                                  ensure_ascii=False)
+        first, *rest = text.split("\n")
+        lines.append(f"{key.ljust(pad)}{first}".rstrip())
+        lines += [" " * pad + line for line in rest]
+    if row.get("status") == "failed" and not archived:
+        lines += ["", f"`drainer requeue {row['id']}` runs it again with a fresh budget of "
+                      "attempts"]
+    return "\n".join(lines)
+
+
+def _value(value: object) -> str:
+    return "-" if value is None else str(value)
