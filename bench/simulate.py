@@ -4,7 +4,7 @@ way of waiting for work, and print what each cost (and the ideal).
     python -m bench.simulate [--day bench/day.json] [--timeout 5 --timeout 10]
                              [--chart docs/waiting-costs.png | --no-chart]
 
-The table is Markdown (the README shows it). The chart needs the `bench` extra
+The table is Markdown (docs/waiting-costs.md shows it). The chart needs the `bench` extra
 (matplotlib); without it the table is still printed.
 """
 

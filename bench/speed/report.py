@@ -1,5 +1,5 @@
 """Results: min / median / max of the runs, the speed goals as ratios of
-medians, and Markdown tables (the README shows them)."""
+medians, and Markdown tables (docs/performance.md shows them)."""
 
 import statistics
 from dataclasses import dataclass
