@@ -16,7 +16,7 @@ APPLICATION_NAME = "drainer"
 CLIENT_ENCODING = "UTF8"
 
 
-def parse_url(url: str) -> dict:
+def parse_url(url: str) -> dict[str, str | int | None]:
     """The URL's parameters, or ConfigError (exit 2) for one libpq could never use."""
     try:
         # libpq would stop reading at a NUL and use what comes before it.
@@ -71,15 +71,15 @@ def connect(
     return conn
 
 
-def merged_options(params: dict, ours: str) -> str | None:
+def merged_options(params: dict[str, str | int | None], ours: str) -> str | None:
     """The startup options: the URL's, else PGOPTIONS (libpq's own order), then ours.
 
     Any `options` given to libpq replaces PGOPTIONS, so a search_path set there
     would be lost (and `jobs` in another schema not found) unless merged here.
     None when there are none, so libpq sends no `options` at all.
     """
-    theirs = params["options"] if "options" in params else os.environ.get("PGOPTIONS", "")
-    return " ".join(filter(None, [theirs.strip(), ours])) or None
+    theirs = params["options"] if "options" in params else os.environ.get("PGOPTIONS")
+    return " ".join(filter(None, [str(theirs or "").strip(), ours])) or None
 
 
 def storable(text: str, conn: psycopg.Connection) -> str:

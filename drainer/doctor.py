@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from .errors import translated
+from . import sql
 from .queue import claim_sql
 from .run import DEFAULT_LEASE
-from .sql import QUERIES
 
 IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem
 LONG_TRANSACTION = 60.0  # seconds any transaction may stay open
@@ -153,8 +152,7 @@ def _session(row: tuple) -> Session:
 
 
 def _fetch(conn: psycopg.Connection, name: str, params: dict | None = None) -> list[tuple]:
-    with translated():
-        return conn.execute(QUERIES[name], params or {}).fetchall()
+    return sql.rows(conn, name, params)
 
 
 def _transactions(sessions: list[Session]) -> list[Finding]:
@@ -272,10 +270,9 @@ def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
             f"jobs_ready_idx is {'missing' if valid is None else 'invalid'}: every claim "
             "scans the whole jobs table, done history included",
             ("" if valid is None else "DROP INDEX CONCURRENTLY jobs_ready_idx; then ") + create)]
-    with translated():
-        # The very statement a drain sends, its batch size written in.
-        [(plan,)] = conn.execute(QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH),
-                                 {"queues": queues, **CLAIM_PROBE}).fetchall()
+    # The very statement a drain sends, its batch size written in.
+    [(plan,)] = sql.execute(conn, sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH),
+                            {"queues": queues, **CLAIM_PROBE}).fetchall()
     scans = _scans(plan[0]["Plan"])
     if (rows or 0) < PLAN_MIN_ROWS or any("jobs_ready_idx" in s for s in scans):
         return []

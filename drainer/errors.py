@@ -16,7 +16,7 @@ class DrainerError(Exception):
     """Base class: an error a user can cause and fix; shown as one line, no traceback."""
 
     exit_code = 1
-    summary: dict | None = None  # a drain's summary JSON of the work done before the error
+    summary: dict[str, object] | None = None  # the summary JSON of the work done before it
 
 
 class ConfigError(DrainerError):
@@ -85,7 +85,8 @@ def password_of(url: str | None) -> str | None:
     if not url:
         return None
     try:
-        return psycopg.conninfo.conninfo_to_dict(url).get("password") or None
+        password = psycopg.conninfo.conninfo_to_dict(url).get("password")
+        return str(password) if password else None
     except (psycopg.Error, UnicodeError):  # not a URL libpq can read: nothing to mask
         return None
 

@@ -11,9 +11,8 @@ import shutil
 
 import psycopg
 
-from . import queue
-from .errors import DrainerError, translated
-from .sql import QUERIES
+from . import sql
+from .errors import DrainerError
 
 DEFAULT_LIMIT = 20
 DEFAULT_WIDTH = 120  # when stdout is no terminal and COLUMNS is unset
@@ -25,9 +24,7 @@ def failed(conn: psycopg.Connection, *, queue_name: str | None = None,
            limit: int = DEFAULT_LIMIT) -> dict:
     """The newest `limit` failed jobs (of one queue, or all), each with its full last
     error; `more` says whether older ones were left out."""
-    with translated():
-        rows = conn.execute(QUERIES["failed_jobs"],
-                            {"queue": queue_name, "limit": limit + 1}).fetchall()
+    rows = sql.rows(conn, "failed_jobs", {"queue": queue_name, "limit": limit + 1})
     keys = ("id", "queue", "attempts", "max_attempts", "created_at", "last_error")
     return {"jobs": [dict(zip(keys, row, strict=True)) for row in rows[:limit]],
             "more": len(rows) > limit}
@@ -72,11 +69,10 @@ def format_failed(data: dict, columns: int) -> str:
 def job(conn: psycopg.Connection, job_id: int) -> tuple[dict, bool]:
     """Every column of the job's row, in table order, and whether it came from the
     archive; DrainerError (exit 1) when neither table has it."""
-    with translated():
-        row = conn.execute(QUERIES["show_job"], {"id": job_id}).fetchone()
-        archived = row is None and queue.has_archive(conn)
-        if archived:
-            row = conn.execute(QUERIES["show_archived_job"], {"id": job_id}).fetchone()
+    row = sql.row(conn, "show_job", {"id": job_id})
+    archived = row is None and sql.features(conn).archive
+    if archived:
+        row = sql.row(conn, "show_archived_job", {"id": job_id})
     if row is None:
         where = "jobs or jobs_archive" if archived else "jobs"
         raise DrainerError(f"no job {job_id} in {where}; `drainer failed` lists failed jobs")

@@ -12,15 +12,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.types.json import JsonbLoader
 
+from . import sql
 from .db import storable
-from .errors import BadInput, translated
-from .sql import QUERIES
+from .errors import BadInput
 
 ARCHIVE_BATCH = 10_000
 # The jobs table's column default; the COPY path must write it explicitly.
@@ -46,27 +46,20 @@ class Job:
 
     id: int
     queue: str
-    payload: dict  # or Undecodable
+    payload: Any  # the JSON value as json.loads returns it, or Undecodable
     attempts: int
     max_attempts: int
 
 
-def _run(conn: psycopg.Connection | psycopg.Cursor, name: str, params: dict | None = None
-         ) -> psycopg.Cursor:
-    return _execute(conn, QUERIES[name], params)
+def _literal(values: Iterable[object]) -> str:
+    """An array literal ({1,2,3}, cast in the SQL) of ids, attempts or target words:
+    psycopg's list adapter takes 0.4 ms for a batch of 500, the literal 0.06."""
+    return "{" + ",".join([str(v) for v in values]) + "}"
 
 
-def _execute(conn: psycopg.Connection | psycopg.Cursor, query: str, params: dict | None = None
-             ) -> psycopg.Cursor:
-    with translated():
-        return conn.execute(query, params or {})
-
-
-def _pairs(jobs: Sequence[Job]) -> dict:
-    """The jobs' ids and attempts as array literals ({1,2,3}, cast in the SQL): psycopg's
-    list adapter takes 0.4 ms for a batch of 500, the literals 0.06."""
-    return {"ids": "{" + ",".join([str(j.id) for j in jobs]) + "}",
-            "attempts": "{" + ",".join([str(j.attempts) for j in jobs]) + "}"}
+def _pairs(jobs: Sequence[Job]) -> dict[str, str]:
+    """The jobs' tokens: their ids and attempts."""
+    return {"ids": _literal([j.id for j in jobs]), "attempts": _literal([j.attempts for j in jobs])}
 
 
 def check_queue(queue: str) -> str:
@@ -97,7 +90,8 @@ def _utf8(text: str, what: str) -> bytes:
         raise BadInput(f"{what} contains a lone surrogate, which is not valid Unicode") from None
 
 
-def _when(run_at: datetime | None, delay: float | timedelta | None) -> dict:
+def _when(run_at: datetime | None, delay: float | timedelta | None
+          ) -> dict[str, datetime | timedelta | None]:
     if run_at is not None and delay is not None:
         raise BadInput("give run_at or delay, not both")
     if isinstance(delay, int | float):
@@ -126,7 +120,7 @@ def enqueue(
         "now": now,
         **_when(run_at, delay),
     }
-    return _run(conn, "enqueue", params).fetchone()[0]
+    return int(sql.value(conn, "enqueue", params))
 
 
 def enqueue_many(
@@ -145,11 +139,11 @@ def enqueue_many(
     text (it is exact, offset included) so that no row pays for dumping a datetime.
     """
     check_queue(queue)
-    with translated(), conn.transaction():
-        when = str(_run(conn, "db_time", {"now": now, **_when(run_at, delay)}).fetchone()[0])
+    with sql.transaction(conn):
+        when = str(sql.value(conn, "db_time", {"now": now, **_when(run_at, delay)}))
         attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
         count = 0
-        with conn.cursor().copy(QUERIES["copy_jobs"]) as copy:
+        with sql.copy(conn, "copy_jobs") as copy:
             for payload in payloads:
                 count += 1
                 try:
@@ -179,7 +173,7 @@ def _claim(conn: psycopg.Connection, queues: Sequence[str], batch_size: int,
     # load must not lose the whole batch (nor crash every later drain).
     cursor.adapters.register_loader("jsonb", _PayloadLoader)
     params = {"queues": list(queues), "lease": lease, "now": now}
-    return _execute(cursor, claim_sql(batch_size), params)
+    return sql.execute(cursor, claim_sql(batch_size), params)
 
 
 @lru_cache(maxsize=64)
@@ -188,7 +182,7 @@ def claim_sql(limit: int) -> str:
     guesses a tenth of the table for it, so the prepared plan looks costly and every
     claim is planned afresh, which takes as long as running it at small batches; with
     a literal, one prepared plan per batch size serves every claim."""
-    return QUERIES["claim"].replace("%(limit)s", str(int(limit)))
+    return sql.QUERIES["claim"].replace("%(limit)s", str(int(limit)))
 
 
 _decode = json.JSONDecoder().decode
@@ -251,7 +245,32 @@ def extend(
     """Push the leases of running jobs forward; returns the ids still ours."""
     if not jobs:
         return set()
-    return _ids(_run(conn, "extend", {**_pairs(jobs), "lease": lease, "now": now}))
+    params = _guarded(conn, extended=jobs, lease=lease, now=now)
+    return {row[0] for row in sql.rows(conn, "settle", params)}
+
+
+def _guarded(
+    conn: psycopg.Connection,
+    *,
+    failures: Sequence[tuple[Job, str]] = (),
+    done: Sequence[Job] = (),
+    released: Sequence[Job] = (),
+    extended: Sequence[Job] = (),
+    lease: timedelta | None = None,
+    now: datetime | None = None,
+) -> dict[str, object] | None:
+    """The parameters of `settle`, the one guarded batch write, where each row carries
+    its target; None when there is nothing to write. Failures come first: the errors
+    array, shorter than the ids, is padded with NULLs for the rows after them (and the
+    delays, none yet: the default backoff for all)."""
+    parts = (("retry", [job for job, _ in failures]), ("done", done), ("queued", released),
+             ("running", extended))
+    jobs = [job for _, group in parts for job in group]
+    if not jobs:
+        return None
+    return {**_pairs(jobs), "targets": _literal([t for t, group in parts for _ in group]),
+            "errors": [storable(error, conn) for _, error in failures] or None,
+            "delays": None, "lease": lease, "now": now}
 
 
 class Failure(NamedTuple):
@@ -275,8 +294,17 @@ class Settled:
     claimed: list[Job]
 
 
-def _ids(cursor: psycopg.Cursor | None) -> set[int]:
-    return {row[0] for row in cursor.fetchall()} if cursor is not None else set()
+def _settled(rows: Iterable[tuple[Any, ...]], claimed: list[Job]) -> Settled:
+    """Sort `settle`'s rows (id, target, status, run_at) by target."""
+    settled = Settled(done=set(), failed={}, released=set(), claimed=claimed)
+    for job_id, target, status, run_at in rows:
+        if target == "done":
+            settled.done.add(job_id)
+        elif target == "retry":
+            settled.failed[job_id] = Failure(status, run_at)
+        else:
+            settled.released.add(job_id)
+    return settled
 
 
 def settle(
@@ -288,22 +316,15 @@ def settle(
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
     now: datetime | None = None,
 ) -> Settled:
-    """Complete, fail and release a batch's jobs, and claim the next batch (queues,
-    size, lease), in one round trip: the statements go out together in pipeline mode
-    and commit together, at once. Only the non-empty parts are sent."""
-    with translated(), conn.pipeline():
-        done = _run(conn, "complete", _pairs(succeeded)) if succeeded else None
-        params = {**_pairs([job for job, _ in failures]),
-                  "errors": [storable(e, conn) for _, e in failures], "now": now}
-        failed = _run(conn, "fail", params) if failures else None
-        released = _run(conn, "release", _pairs(unstarted)) if unstarted else None
+    """Complete, fail and release a batch's jobs in one guarded statement, and claim
+    the next batch (queues, size, lease), in one round trip: the statements go out
+    together in pipeline mode. Only what there is to send is sent."""
+    params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
+    with sql.pipeline(conn):
+        written = sql.run(conn, "settle", params) if params else None
         claimed = _claim(conn, *claim_next) if claim_next else None
-    return Settled(
-        done=_ids(done),
-        failed=({i: Failure(s, at) for i, s, at in failed.fetchall()}
-                if failed is not None else {}),
-        released=_ids(released),
-        claimed=[Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
+    return _settled(written.fetchall() if written is not None else (),
+                    [Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
 
 def settle_again(
@@ -322,19 +343,19 @@ def settle_again(
     if done or failed:
         params = {**_pairs([*done, *(job for job, _ in failed)]),
                   "errors": [None] * len(done) + [storable(e, conn) for _, e in failed]}
-        with translated():
-            for job_id, status, run_at in _run(conn, "landed", params).fetchall():
-                if status == "done":
-                    settled.done.add(job_id)
-                else:
-                    settled.failed[job_id] = Failure(status, run_at)
+        for job_id, status, run_at in sql.rows(conn, "landed", params):
+            if status == "done":
+                settled.done.add(job_id)
+            else:
+                settled.failed[job_id] = Failure(status, run_at)
     return settled
 
 
 def start(conn: psycopg.Connection, *, now: datetime | None = None) -> tuple[int, bool]:
-    """Reap expired leases of every queue; returns (reaped, has_archive_table)."""
-    reaped, has_archive = _run(conn, "start", {"now": now}).fetchone()
-    return reaped, has_archive
+    """Reap expired leases of every queue, and learn the schema's optional parts, in
+    one statement; returns (reaped, has_archive_table)."""
+    reaped, *schema = sql.rows(conn, "start", {"now": now})[0]
+    return int(reaped), sql.learn(conn, schema).archive
 
 
 def reap(conn: psycopg.Connection, *, now: datetime | None = None) -> int:
@@ -356,7 +377,7 @@ def archive(
     params = {"older_than": older_than, "limit": batch, "now": now}
     total = 0
     while True:
-        moved = _run(conn, name, params).rowcount
+        moved = sql.run(conn, name, params).rowcount
         total += moved
         # Fewer rows than the limit means no more are old enough this round.
         if moved < batch:
@@ -377,7 +398,7 @@ class Due:
 
 def due(conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None) -> Due:
     """When more work of `queues` becomes ready, and why, in one statement."""
-    return Due(*_run(conn, "next_due", {"queues": list(queues), "now": now}).fetchone())
+    return Due(*sql.rows(conn, "next_due", {"queues": list(queues), "now": now})[0])
 
 
 def next_due(
@@ -389,7 +410,7 @@ def next_due(
 
 def has_archive(conn: psycopg.Connection) -> bool:
     """Whether `migrate` created the archive table (else archiving deletes)."""
-    return _run(conn, "has_archive").fetchone()[0]
+    return sql.features(conn).archive
 
 
 def requeue(
@@ -398,7 +419,7 @@ def requeue(
     """Failed jobs of `queue` (cancelled ones left alone), or with these ids, back to
     queued with a fresh budget: max_attempts rises, attempts is never lowered (it is
     the ownership token of every claim)."""
-    rows = _run(conn, "requeue", {"queue": queue, "ids": list(ids)})
+    rows = sql.rows(conn, "requeue", {"queue": queue, "ids": list(ids)})
     return sorted(row[0] for row in rows)
 
 
@@ -406,4 +427,4 @@ def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
     """Withdraw queued or running jobs: status failed, last_error 'cancelled'; returns
     those withdrawn. A running job's handler is not stopped, but whatever its worker
     writes afterwards changes nothing."""
-    return sorted(row[0] for row in _run(conn, "cancel", {"ids": list(ids)}))
+    return sorted(row[0] for row in sql.rows(conn, "cancel", {"ids": list(ids)}))

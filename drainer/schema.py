@@ -6,8 +6,8 @@ only finds out, from its first statement, whether the schema is there.
 
 import psycopg
 
-from .errors import translated
-from .sql import LATEST_VERSION, MIGRATIONS, QUERIES
+from . import sql
+from .sql import LATEST_VERSION, MIGRATIONS
 
 
 def migrate(conn: psycopg.Connection) -> list[int]:
@@ -16,22 +16,21 @@ def migrate(conn: psycopg.Connection) -> list[int]:
     One transaction under an advisory lock, so concurrent runs wait for each other
     and the later ones find nothing to do.
     """
-    with translated(), conn.transaction():
-        conn.execute(QUERIES["migrate_lock"])
-        conn.execute(QUERIES["migrate_version_table"])
-        current = conn.execute(QUERIES["schema_version"]).fetchone()[0]
+    sql.forget(conn)  # what the schema has changes now
+    with sql.transaction(conn):
+        sql.run(conn, "migrate_lock")
+        sql.run(conn, "migrate_version_table")
+        current = sql.value(conn, "schema_version")
         applied = [v for v in sorted(MIGRATIONS) if v > current]
         for version in applied:
-            conn.execute(MIGRATIONS[version], prepare=False)  # several statements
-            conn.execute(QUERIES["record_version"], {"version": version})
+            sql.migration(conn, version)
+            sql.run(conn, "record_version", {"version": version})
     return applied
 
 
 def version(conn: psycopg.Connection) -> int:
     """The recorded schema version (0 before the first `migrate`)."""
-    with translated():
-        exists = conn.execute(QUERIES["has_version_table"]).fetchone()[0]
-        return conn.execute(QUERIES["schema_version"]).fetchone()[0] if exists else 0
+    return sql.value(conn, "schema_version") if sql.features(conn).versioned else 0
 
 
 __all__ = ["LATEST_VERSION", "migrate", "version"]

@@ -1,13 +1,29 @@
-"""Loads the named statements of `sql/queries.sql` and the migrations of `sql/schema.sql`.
+"""The SQL gateway: every statement drainer sends goes through here, by name.
 
-All SQL lives in those two files so that one place shows every statement we send.
+All SQL lives in `sql/queries.sql` (the named statements) and `sql/schema.sql` (the
+migrations), so one place shows every statement we send; this module sends them,
+returns their rows and turns psycopg's errors into drainer's (`errors.translate`).
+It also knows, once per connection, which optional objects the schema has.
 """
 
 import re
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.resources import files
+from typing import Any
+
+import psycopg
+
+from .errors import translated
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^-- migration: (\d+)\b.*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\(:(\w+)\)")
+
+Target = psycopg.Connection | psycopg.Cursor
+Params = dict[str, Any] | None
 
 
 def _read(name: str) -> str:
@@ -26,8 +42,110 @@ def _split(text: str, marker: re.Pattern[str]) -> dict[str, str]:
     return {k: _strip_comments(body) for k, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
-QUERIES: dict[str, str] = _split(_read("queries.sql"), _NAME)
+def _included(queries: dict[str, str]) -> dict[str, str]:
+    """Each `(:name)` in a statement replaced by the named statement, as a subquery."""
+    return {name: _INCLUDE.sub(lambda m: f"({queries[m[1]].rstrip(';')})", body)
+            for name, body in queries.items()}
+
+
+QUERIES: dict[str, str] = _included(_split(_read("queries.sql"), _NAME))
 MIGRATIONS: dict[int, str] = {
     int(k): v for k, v in _split(_read("schema.sql"), _MIGRATION).items()
 }
 LATEST_VERSION = max(MIGRATIONS)
+
+
+def execute(target: Target, text: str, params: Params = None) -> psycopg.Cursor:
+    """Send one statement's text (a named one, or one built from names); errors
+    translated. For the few statements whose text depends on a value (the claim's
+    LIMIT, `doctor`'s EXPLAIN); everything else goes through `run`."""
+    with translated():
+        return target.execute(text, params or {})
+
+
+def run(target: Target, name: str, params: Params = None) -> psycopg.Cursor:
+    """Send the named statement; its cursor holds the rows."""
+    return execute(target, QUERIES[name], params)
+
+
+def rows(target: Target, name: str, params: Params = None) -> list[tuple[Any, ...]]:
+    """Every row of the named statement."""
+    cursor = run(target, name, params)
+    with translated():
+        return cursor.fetchall()
+
+
+def row(target: Target, name: str, params: Params = None) -> tuple[Any, ...] | None:
+    """The named statement's first row, None when it returns none."""
+    cursor = run(target, name, params)
+    with translated():
+        return cursor.fetchone()
+
+
+def value(target: Target, name: str, params: Params = None) -> Any:
+    """The first column of the named statement's one row."""
+    found = row(target, name, params)
+    if found is None:
+        raise LookupError(f"statement {name!r} returned no row")
+    return found[0]
+
+
+def migration(conn: psycopg.Connection, version: int) -> None:
+    """Apply one migration of `sql/schema.sql` (several statements: never prepared)."""
+    with translated():
+        conn.execute(MIGRATIONS[version], prepare=False)
+
+
+@contextmanager
+def pipeline(conn: psycopg.Connection) -> Iterator[None]:
+    """Statements sent within go out together and are answered in one round trip;
+    their errors arrive at the end of the block, translated too."""
+    with translated(), conn.pipeline():
+        yield
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection) -> Iterator[None]:
+    with translated(), conn.transaction():
+        yield
+
+
+@contextmanager
+def copy(conn: psycopg.Connection, name: str) -> Iterator[psycopg.Copy]:
+    """The named COPY ... FROM STDIN, for rows written one by one."""
+    with translated(), conn.cursor().copy(QUERIES[name]) as copying:
+        yield copying
+
+
+@dataclass(frozen=True)
+class Features:
+    """The optional parts of the schema (only `jobs` is required): whether `migrate`
+    created the version table, the archive table, and the done_at column."""
+
+    versioned: bool
+    archive: bool
+    done_at: bool
+
+
+_features: "weakref.WeakKeyDictionary[psycopg.Connection, Features]" = (
+    weakref.WeakKeyDictionary())
+
+
+def features(conn: psycopg.Connection) -> Features:
+    """What the schema has, read from the catalog once per connection (a migration
+    run on it since forgets it: `forget`)."""
+    known = _features.get(conn)
+    if known is None:
+        known = _features[conn] = Features(*row(conn, "features") or (False, False, False))
+    return known
+
+
+def learn(conn: psycopg.Connection, columns: Sequence[bool]) -> Features:
+    """Record the `features` columns another statement returned (`start` does)."""
+    known = _features[conn] = Features(*columns)
+    return known
+
+
+def forget(conn: psycopg.Connection) -> None:
+    """After a migration on `conn`: the next `features` reads the catalog again."""
+    _features.pop(conn, None)

@@ -7,8 +7,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue
-from tests.conftest import count
+from drainer import queue, sql
+from drainer.run import Options, drain
+from tests.helpers import count
 
 LEASE = timedelta(minutes=5)
 
@@ -145,24 +146,22 @@ def test_release_gives_the_attempt_back(conn):
     assert one(conn, "SELECT status, attempts, locked_until FROM jobs") == ("queued", 0, None)
 
 
-def test_archive_moves_only_old_done_rows_in_bounded_batches(conn):
+def test_archive_moves_only_old_done_rows_in_bounded_batches(conn, monkeypatch):
     conn.execute("""
         INSERT INTO jobs (payload, status, created_at)
         SELECT '{}', s, now() - make_interval(days => d)
         FROM (VALUES ('done', 8), ('done', 8), ('done', 8), ('done', 8), ('done', 8),
                      ('failed', 8), ('queued', 8), ('done', 1)) AS t(s, d)""")
     statements = []
-    original = queue._run
+    original = sql.run
 
     def spy(c, name, params=None):
         statements.append(name)
         return original(c, name, params)
 
-    queue._run = spy
-    try:
-        moved = drainer.archive(conn, timedelta(days=7), batch=2)
-    finally:
-        queue._run = original
+    monkeypatch.setattr(sql, "run", spy)
+    moved = drainer.archive(conn, timedelta(days=7), batch=2)
+    monkeypatch.undo()
     assert moved == 5
     assert statements == ["archive_move"] * 3  # 2 + 2 + 1: stops on the short batch
     assert count(conn) == 3
@@ -273,3 +272,20 @@ def test_claim_plan_uses_the_partial_index(conn):
     assert "Limit" in lines[at - 1]
     assert "Index Scan using jobs_ready_idx on jobs" in lines[at + 1]
     assert "Seq Scan" not in plan
+
+
+def test_a_drain_sees_an_archive_table_created_since_its_connection_last_drained(conn, db_url):
+    """What the schema has is learned once per connection, but read again at each
+    drain's start: an always-on worker must not delete done rows because the archive
+    table was missing when it connected."""
+    conn.execute("DROP TABLE jobs_archive")
+    options = Options(queues=["default"], archive_after=timedelta(0))
+    drainer.enqueue(conn, "default", {"n": 1})
+    drain(conn, {"default": lambda job: None}, options)
+    assert count(conn) == 0 and not queue.has_archive(conn)
+    with psycopg.connect(db_url, autocommit=True) as admin:  # another session's migration
+        admin.execute(sql.MIGRATIONS[3])  # the archive table's
+    drainer.enqueue(conn, "default", {"n": 2})
+    drain(conn, {"default": lambda job: None}, options)
+    assert count(conn) == 0
+    assert conn.execute("SELECT payload FROM jobs_archive").fetchall() == [({"n": 2},)]

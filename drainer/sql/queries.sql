@@ -1,10 +1,11 @@
 -- Every statement drainer sends at run time, named. Loaded once by drainer/sql.py.
+-- A statement may hold another as a subquery, written (:name).
 -- Writes after the claim are all guarded by id AND status = 'running' AND attempts,
 -- so a worker can only change a job it still owns. Times come from now(); durations
 -- arrive as intervals.
 --
--- Batch writes (complete, fail, extend, release) find their rows through the primary
--- key (j.id = ANY(ids)) and compare status with a value that travels with each id
+-- The batch write (settle: complete, fail, extend, release) finds its rows through the
+-- primary key (j.id = ANY(ids)) and compares status with a value that travels with each id
 -- (t.status, filled with 'running') instead of the constant: the statistics seldom see
 -- a running row, so with `j.status = 'running'` the planner expects one row and joins
 -- every running row with every id of the batch, 20 ms instead of 2 for a batch of 500.
@@ -22,18 +23,25 @@ CREATE TABLE IF NOT EXISTS drainer_schema (
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM drainer_schema;
 
--- name: has_version_table
-SELECT to_regclass('drainer_schema') IS NOT NULL;
-
 -- name: record_version
 INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING;
 
+-- name: features
+-- The schema's optional parts (only `jobs` is required): the version table, the
+-- archive table (else archiving deletes) and migration 5's done_at column.
+SELECT to_regclass('drainer_schema') IS NOT NULL,
+       to_regclass('jobs_archive') IS NOT NULL,
+       EXISTS (SELECT FROM pg_attribute
+               WHERE attrelid = to_regclass('jobs') AND attname = 'done_at'
+                 AND NOT attisdropped);
+
 -- name: start
--- One round trip at the start of a drain: reap every queue's expired leases (a
--- serverless deployment may have no other reaper) and learn whether `migrate`
--- created the archive table. Fails with undefined_table when `jobs` is missing.
--- A running row with no lease at all (another producer's) has none to wait for.
--- A hand-made table may allow a NULL max_attempts: the column default stands in.
+-- One statement at the start of a drain: reap every queue's expired leases (a
+-- serverless deployment may have no other reaper), and read the `features` columns
+-- (read again at each drain: a `migrate` may have added the archive table since).
+-- Fails with undefined_table when `jobs` is missing. A running row with no lease at
+-- all (another producer's) has none to wait for. A hand-made table may allow a NULL
+-- max_attempts: the column default stands in.
 WITH reaped AS (
   UPDATE jobs
   SET status       = CASE WHEN attempts >= coalesce(max_attempts, 5)
@@ -44,7 +52,8 @@ WITH reaped AS (
     AND (locked_until < coalesce(%(now)s, now()) OR locked_until IS NULL)
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM reaped), to_regclass('jobs_archive') IS NOT NULL;
+SELECT (SELECT count(*) FROM reaped), schema.*
+FROM (:features) AS schema;
 
 -- name: claim
 -- The classic SKIP LOCKED claim, for several queues at once: each queue's oldest ready rows
@@ -88,38 +97,39 @@ SELECT id, queue, payload, attempts, max_attempts FROM claimed
 WHERE status = 'running'
 ORDER BY run_at, id;
 
--- name: complete
--- A whole batch of successes in one statement; returns the ids still ours.
-UPDATE jobs j
-SET status = 'done', locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
-            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
-     AS t(id, attempts, status)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id;
-
--- name: fail
--- A whole batch of failures in one statement: retry after
--- least(1 hour, 10 s * 2^attempts), or failed for good at max_attempts; each row's new
--- run_at comes back, so the failure's log line says when the retry is due. The exponent
--- is capped before the power (2^9 * 10 s is past the hour already): an interval of
--- 10 s * 2^40 overflows, and would fail the whole batch's write-back. A NULL
+-- name: settle
+-- Every write after the claim, for a whole batch in one statement, guarded: a row
+-- changes only while it is still running with the token (id, attempts) this worker
+-- claimed it with. Each row carries where it goes: 'done'; 'retry', a failed attempt
+-- (queued again after its delay, NULL for the default backoff least(1 hour,
+-- 10 s * 2^attempts), or failed for good at max_attempts), with its error; 'queued',
+-- released unstarted, the attempt given back; 'running', its lease extended. Returns
+-- the rows still ours, with each retry's new run_at, so the failure's log line says
+-- when it is due (a done row's run_at may be a time Python cannot hold: not read).
+-- The backoff's exponent is capped before the power (2^9 * 10 s is past the hour
+-- already): 10 s * 2^40 overflows, and would fail the whole batch. A NULL
 -- max_attempts (a hand-made table may allow it) counts as the column default, 5.
+-- Arrays shorter than ids (errors, delays) are padded with NULLs by unnest.
 UPDATE jobs j
-SET status       = CASE WHEN j.attempts >= coalesce(j.max_attempts, 5)
-                        THEN 'failed' ELSE 'queued' END,
-    run_at       = coalesce(%(now)s, now())
-                   + least(interval '1 hour',
-                           interval '10 seconds' * 2 ^ least(greatest(j.attempts, 0), 12)),
-    locked_until = NULL,
-    last_error   = t.error
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[],
+SET status       = CASE WHEN t.target <> 'retry' THEN t.target
+                        WHEN j.attempts >= coalesce(j.max_attempts, 5) THEN 'failed'
+                        ELSE 'queued' END,
+    attempts     = CASE WHEN t.target = 'queued' THEN j.attempts - 1 ELSE j.attempts END,
+    run_at       = CASE WHEN t.target = 'retry'
+                        THEN coalesce(%(now)s, now()) + coalesce(
+                               t.delay, least(interval '1 hour', interval '10 seconds'
+                                              * 2 ^ least(greatest(j.attempts, 0), 12)))
+                        ELSE j.run_at END,
+    locked_until = CASE WHEN t.target = 'running'
+                        THEN coalesce(%(now)s, now()) + %(lease)s::interval END,
+    last_error   = CASE WHEN t.target = 'retry' THEN t.error ELSE j.last_error END
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
+            %(errors)s::text[], %(delays)s::interval[],
             array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
-     AS t(id, attempts, error, status)
+     AS t(id, attempts, target, error, delay, status)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id, j.status, j.run_at;
+RETURNING j.id, t.target, j.status, CASE WHEN t.target = 'retry' THEN j.run_at END;
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
@@ -136,32 +146,6 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND CASE WHEN t.error IS NULL THEN j.status = 'done'
            ELSE j.status IN ('queued', 'failed') AND j.last_error = t.error
                 AND j.locked_until IS NULL END;
-
--- name: extend
--- Lease heartbeat for jobs still running; returns the ids still ours.
-UPDATE jobs j
-SET locked_until = coalesce(%(now)s, now()) + %(lease)s
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
-            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
-     AS t(id, attempts, status)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id;
-
--- name: release
--- Claimed but never started (deadline, signal): back to queued with the attempt
--- given back, as if never claimed.
-UPDATE jobs j
-SET status = 'queued', attempts = j.attempts - 1, locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
-            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
-     AS t(id, attempts, status)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id;
-
--- name: has_archive
-SELECT to_regclass('jobs_archive') IS NOT NULL;
 
 -- name: archive_move
 -- At most %(limit)s done rows older than the retention leave `jobs` for the archive.
@@ -350,12 +334,6 @@ SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('jobs_rea
 -- name: explain
 -- Prefixed to a named query (the claim) so `doctor` sees the plan of the real statement.
 EXPLAIN (FORMAT JSON)
-
--- name: has_done_at
--- Whether migration 5's done_at column is there (a hand-made table has none).
-SELECT EXISTS (SELECT FROM pg_attribute
-               WHERE attrelid = to_regclass('jobs') AND attname = 'done_at'
-                 AND NOT attisdropped);
 
 -- name: done_last_hour
 -- Jobs done in the last hour per queue, by done_at (migration 5); rows archived
