@@ -40,14 +40,15 @@ from .config import (
 )
 from .db import connect
 from .errors import BadInput, ConfigError, DrainerError, password_of, redact
-from .progress import Progress
+from .progress import Progress, closing
 from .run import DEFAULT_ARCHIVE_AFTER, DEFAULT_LEASE, Options, Summary, drain
 from .tasks import select
 
 log = logging.getLogger("drainer")
 
 COMMANDS = {
-    "drain": "reap expired leases, drain the queues until none is ready, archive, report, exit",
+    "drain": "the default command (run when none is given): reap expired leases, drain "
+             "the queues until none is ready, archive, report, exit",
     "work": "always on: drain, wait for a NOTIFY (or the fallback poll), drain again, "
             "until SIGTERM",
     "migrate": "create or upgrade the schema (idempotent, safe to run concurrently)",
@@ -365,7 +366,15 @@ def _open(args: argparse.Namespace, *, db: config.Database | None = None, **opti
 
 
 def _handlers(args: argparse.Namespace) -> tuple[dict, list[str]]:
-    return select(args.tasks, args.queue or names(os.environ.get("DRAINER_QUEUES", "")))
+    try:
+        return select(args.tasks, args.queue or names(os.environ.get("DRAINER_QUEUES", "")))
+    except ConfigError as exc:
+        # The one-line error names the module and the cause; --verbose adds the whole
+        # traceback of a failed import, above it.
+        if args.verbose and exc.__cause__ is not None:
+            text = "".join(traceback.format_exception(exc.__cause__))
+            print(redact(text).rstrip("\n"), file=sys.stderr)
+        raise
 
 
 def _deadline(args: argparse.Namespace) -> float | None:
@@ -437,6 +446,7 @@ def cmd_work(args: argparse.Namespace) -> None:
                           partial(_open, args, db=listen_db, application_name=worker.LISTEN_NAME),
                           handlers, _options(args, queues), poll_interval=args.poll_interval,
                           stop=_stop_on_signals())
+    log.info("%s", closing(summary, summary.seconds))  # as a drain ends: same words
     _hint_failures(summary)
     _emit(summary.as_json())
 
@@ -463,7 +473,9 @@ def _read_lines(stream) -> list[object]:
         if not raw.strip():
             continue
         try:
-            payloads.append(_payload(raw.decode("utf-8")))
+            # Without its newline the line is the whole document: an error's position
+            # is then a column of this line, never a second line number.
+            payloads.append(_payload(raw.decode("utf-8").rstrip("\r\n")))
         except (UnicodeDecodeError, BadInput) as exc:
             reason = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else f"- {exc}"
             raise BadInput(f"stdin line {number} {reason}; nothing was enqueued") from None
@@ -474,6 +486,9 @@ def _payload(text: str) -> object:
     """A JSON document that jsonb can store, or BadInput saying why not."""
     try:
         payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = f"line {exc.lineno}, column {exc.colno}" if exc.lineno > 1 else f"column {exc.colno}"
+        raise BadInput(f"the payload is not valid JSON: {exc.msg} at {at}") from None
     except (ValueError, RecursionError) as exc:
         raise BadInput(f"the payload is not valid JSON: {exc}") from None
     queue.encode_payload(payload)
@@ -489,6 +504,10 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
             job_id = queue.enqueue(conn, args.queue, payload, **when)
         _emit({"id": job_id})
         return
+    if sys.stdin.isatty():  # a user who forgot the JSON argument would wait in silence
+        log.info("reading jobs for queue %r from stdin: one JSON document per line; "
+                 "Ctrl-D on a line of its own to finish (nothing is enqueued before)",
+                 args.queue)
     payloads = _read_lines(sys.stdin)
     with _open(args) as conn:
         count = queue.enqueue_many(conn, args.queue, payloads, **when)
@@ -578,8 +597,18 @@ def cmd_demo(args: argparse.Namespace) -> None:
         handlers = demo.enqueue_samples(conn)
         summary = _drain_with_progress(args, handlers, demo.OPTIONS, db=db)
         print(report.format_stats(report.stats(conn)))
-    print(demo.HINT, file=sys.stderr)
+    print(demo.hint(_program()), file=sys.stderr)
     _emit(summary.as_json())
+
+
+def _program() -> str:
+    """How drainer was run, for a command the user can paste: `python -m drainer`
+    (sys.argv[0] is then __main__.py's path), else the console script's name."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name == "drainer.__main__":
+        return f"{os.path.basename(sys.executable) or 'python'} -m drainer"
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name if name and not name.startswith("-") and not name.endswith(".py") else "drainer"
 
 
 def _db_up(args: argparse.Namespace) -> tuple[str, bool]:

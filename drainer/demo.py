@@ -29,8 +29,13 @@ def make_thumbnail(job: queue.Job) -> None:
 
 
 OPTIONS = Options(queues=["demo.email", "demo.thumbnail"], concurrency=8)
-HINT = ("\nBounced emails are retried after 20 s (the default backoff) and fail for good on "
-        "their second attempt;\nrun `python -m drainer demo` again later to see them move.")
+
+
+def hint(program: str) -> str:
+    """The closing hint, with `program` as the user ran it (`drainer`, `python -m
+    drainer`), so the command it suggests can be pasted as is."""
+    return ("\nBounced emails are retried after 20 s (the default backoff) and fail for good "
+            f"on their second attempt;\nrun `{program} demo` again later to see them move.")
 
 
 def enqueue_samples(conn: psycopg.Connection, rng: random.Random | None = None) -> dict:

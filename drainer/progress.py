@@ -4,8 +4,25 @@ import logging
 from typing import TextIO
 
 from . import clock
+from .run import Summary
 
 log = logging.getLogger(__name__)
+
+
+def totals(summary: Summary, seconds: float) -> str:
+    """A run's counts, rate and time in one wording, whichever command logs them (the
+    live line, a drain's end, each of `work`'s drains and its end): a user comparing
+    two commands' logs should not have to translate."""
+    extra = "".join(f"  {name} {getattr(summary, name)}" for name in ("reaped", "archived")
+                    if getattr(summary, name))
+    rate = summary.done / seconds if seconds > 0 else 0.0
+    return (f"done {summary.done}  retried {summary.retried}  failed {summary.failed}  "
+            f"lost {summary.lost}{extra}  {rate:,.0f} jobs/s  {seconds:.1f}s")
+
+
+def closing(summary: Summary, seconds: float) -> str:
+    """The end-of-run line of `drain` and `work`: the totals and why the run stopped."""
+    return f"{totals(summary, seconds)}, stopped: {summary.stopped}"
 
 
 class Progress:
@@ -19,11 +36,8 @@ class Progress:
         self.shown = self.began
         self.drawn = False
 
-    def _line(self, summary) -> str:
-        elapsed = clock.monotonic() - self.began
-        rate = summary.done / elapsed if elapsed > 0 else 0.0
-        return (f"done {summary.done}  retried {summary.retried}  failed {summary.failed}  "
-                f"lost {summary.lost}  {rate:,.0f} jobs/s  {elapsed:.1f}s")
+    def _line(self, summary: Summary) -> str:
+        return totals(summary, clock.monotonic() - self.began)
 
     def update(self, summary) -> None:
         now = clock.monotonic()
@@ -38,4 +52,4 @@ class Progress:
     def finish(self, summary) -> None:
         if self.drawn:
             self.stream.write("\r\x1b[K")
-        log.info("%s, stopped: %s", self._line(summary), summary.stopped)
+        log.info("%s", closing(summary, clock.monotonic() - self.began))

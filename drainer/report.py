@@ -2,22 +2,18 @@
 
 import psycopg
 
-from .errors import translated
+from . import sql
 from .failures import one_line
-from .sql import QUERIES
 
 
 def stats(conn: psycopg.Connection) -> dict:
     """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
     last hour (None without migration 5's done_at column); each queue's most frequent
     errors; and table health."""
-    with translated():
-        rows = conn.execute(QUERIES["stats"]).fetchall()
-        errors = conn.execute(QUERIES["top_errors"], {"top": TOP_ERRORS}).fetchall()
-        health = conn.execute(QUERIES["table_health"]).fetchone()
-        done = None
-        if conn.execute(QUERIES["has_done_at"]).fetchone()[0]:
-            done = dict(conn.execute(QUERIES["done_last_hour"]).fetchall())
+    rows = sql.rows(conn, "stats")
+    errors = sql.rows(conn, "top_errors", {"top": TOP_ERRORS})
+    health = sql.row(conn, "table_health")
+    done = dict(sql.rows(conn, "done_last_hour")) if sql.features(conn).done_at else None
     queues = [
         {"queue": q, "status": status, "jobs": jobs,
          "oldest_ready_seconds": None if age is None else round(float(age), 1),
@@ -57,7 +53,11 @@ def format_stats(data: dict) -> str:
               *_top_errors(data.get("top_errors") or {})]
     t = data["table"]
     lines.append("")
-    lines.append(f"jobs table: {t['n_live_tup']} live, {t['n_dead_tup']} dead tuples; "
+    # The rows are counted now (the table above); pg_stat_user_tables lags, and reads
+    # 0 live tuples right after a burst of inserts, so it is labelled as an estimate.
+    lines.append(f"jobs table: {sum(r['jobs'] for r in data['queues']):,} rows")
+    lines.append(f"vacuum statistics (PostgreSQL's estimate, updated lazily): "
+                 f"{t['n_live_tup']} live, {t['n_dead_tup']} dead tuples; "
                  f"last autovacuum {t['last_autovacuum'] or 'never'}, "
                  f"last vacuum {t['last_vacuum'] or 'never'}")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """`@task("queue")`: the registry of functions that do the work, and loading their modules."""
 
 import importlib
+import inspect
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -53,6 +54,10 @@ def task(queue: str, *, timeout: float | timedelta | None = None
         raise ConfigError(f"@task({queue!r}): timeout must be a number of seconds above 0")
 
     def register(fn: Handler) -> Handler:
+        if inspect.iscoroutinefunction(fn):  # called on a thread, it would only make a coroutine
+            raise ConfigError(f"@task({queue!r}): {fn.__qualname__} is `async def`, which "
+                              "drainer cannot run yet; make it a plain function (it may "
+                              "call asyncio.run)")
         _REGISTRY[queue] = fn if seconds is None else Timed(fn, seconds)
         return fn
 
@@ -64,6 +69,16 @@ def registered() -> dict[str, Handler]:
     return dict(_REGISTRY)
 
 
+def replace_registry(handlers: dict[str, Handler]) -> dict[str, Handler]:
+    """Make `handlers` the registered tasks and return the ones they replace. For
+    tests (drainer.testing.separate_tasks): a module registers its tasks once, when
+    first imported, so the registry is put back afterwards rather than emptied."""
+    previous = dict(_REGISTRY)
+    _REGISTRY.clear()
+    _REGISTRY.update(handlers)
+    return previous
+
+
 def load(modules: Iterable[str]) -> dict[str, Handler]:
     """Import the task modules; a module that fails to import is a ConfigError showing why."""
     if "" not in sys.path:
@@ -72,18 +87,36 @@ def load(modules: Iterable[str]) -> dict[str, Handler]:
         try:
             importlib.import_module(name)
         except Exception as exc:
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            where = f" ({frame.filename}:{frame.lineno})" if frame else ""
-            raise ConfigError(
-                f"task module {name!r} failed to import: {type(exc).__name__}: {exc}{where}"
-            ) from exc
+            raise ConfigError(f"cannot import task module {name!r}: {_why(exc)}") from exc
     return registered()
+
+
+def _why(exc: Exception) -> str:
+    """`Type: message (file, line N)` at the user's code: the import machinery's own
+    frames (frozen importlib, this module) say nothing about what to fix."""
+    if isinstance(exc, SyntaxError):  # its location is the code that does not parse
+        where = (exc.filename, exc.lineno)
+        text = exc.msg
+    else:
+        ours = (__file__, importlib.__file__)
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if f.filename not in ours and not f.filename.startswith("<")]
+        where = (frames[-1].filename, frames[-1].lineno) if frames else (None, None)
+        text = str(exc)
+    location = f" ({where[0]}, line {where[1]})" if where[0] and where[1] else ""
+    return f"{type(exc).__name__}: {text}{location}"
 
 
 def select(modules: Iterable[str], queues: Sequence[str]) -> tuple[dict[str, Handler], list[str]]:
     """Load the task modules and pick the queues to drain (every queue with a task
     when `queues` is empty); ConfigError when there are no tasks or a queue has none."""
+    modules = list(modules)
     handlers = load(modules)
+    if not handlers and modules:  # imported fine, yet nothing registered: say which
+        named = (f"task module {modules[0]!r} defines" if len(modules) == 1 else
+                 f"task modules {', '.join(map(repr, modules))} define")
+        raise ConfigError(f"no tasks: {named} no @task handler (a function decorated "
+                          "with @drainer.task(\"queue\"))")
     if not handlers:
         raise ConfigError("no tasks: name the modules that define @task handlers with "
                           "--tasks or DRAINER_TASKS")

@@ -17,10 +17,10 @@ from datetime import datetime
 
 import psycopg
 
-from . import clock
-from .errors import DatabaseUnavailable, translated
+from . import clock, sql
+from .errors import DatabaseUnavailable
+from .progress import totals
 from .run import COUNTS, Options, Summary, drain
-from .sql import QUERIES
 from .tasks import Handler
 
 log = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ class Listener:
     def _listen(self) -> None:
         conn = self.opener()
         try:
-            with translated():
-                conn.execute(QUERIES["listen"])
+            sql.run(conn, "listen")
         except BaseException:
             _close(conn)
             raise
@@ -139,7 +138,7 @@ class Listener:
 
 def _log(summary: Summary) -> None:
     if any(getattr(summary, name) for name in COUNTS):
-        log.info("drained: %s", ", ".join(f"{getattr(summary, n)} {n}" for n in COUNTS))
+        log.info("drained: %s", totals(summary, summary.seconds))
 
 
 def _wait_for(conn: psycopg.Connection, next_due: datetime | None, poll: float) -> float:
@@ -147,8 +146,7 @@ def _wait_for(conn: psycopg.Connection, next_due: datetime | None, poll: float) 
     by the database clock, within [MIN_WAIT, poll]; the poll interval when nothing is due."""
     if next_due is None:
         return poll
-    with translated():
-        seconds = conn.execute(QUERIES["seconds_until"], {"at": next_due}).fetchone()[0]
+    seconds = sql.value(conn, "seconds_until", {"at": next_due})
     return min(poll, max(MIN_WAIT, seconds))
 
 
