@@ -97,9 +97,10 @@ class _Threads:
     never comes back; a new thread starts whenever none is idle."""
 
     def __init__(self) -> None:
-        self.work: SimpleQueue[Callable[[], None]] = SimpleQueue()
+        self.work: SimpleQueue[Callable[[], None] | None] = SimpleQueue()  # None: end
         self.idle = 0
         self.lock = threading.Lock()
+        self.closed = False
 
     def start(self, fn: Callable[[], None]) -> None:
         with self.lock:
@@ -109,14 +110,33 @@ class _Threads:
             threading.Thread(target=self._serve, daemon=True, name="drainer-handler").start()
         self.work.put(fn)
 
+    def close(self) -> None:
+        """End the idle threads now, and the busy ones when their handler returns."""
+        with self.lock:
+            self.closed, idle, self.idle = True, self.idle, 0
+        for _ in range(idle):
+            self.work.put(None)
+
     def _serve(self) -> None:
-        while True:
-            self.work.get()()
+        while (fn := self.work.get()) is not None:
+            fn()
             with self.lock:
+                if self.closed:
+                    return
                 self.idle += 1
 
 
 _THREADS = _Threads()
+
+
+def end_threads() -> None:
+    """End the handler threads kept for later batches (a thread still in a handler
+    ends when it returns); the next batch starts new ones. For tests: none starts
+    with the threads an earlier one left, written-off handlers' included (see
+    drainer.testing.reset)."""
+    global _THREADS
+    old, _THREADS = _THREADS, _Threads()
+    old.close()
 
 
 class Batch:

@@ -9,19 +9,18 @@ SKIP LOCKED and leases get real, separate sessions.
 
 import itertools
 import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from drainer.cluster import Cluster
+from drainer import testing
 from drainer.schema import migrate
+from tests import pgbouncer
+from tests.cluster import Cluster
+from tests.helpers import REQUIRABLE, REQUIRE, unavailable
 
 # Generated-input tests: a few examples each in the default run, 1,000 in CI's soak
 # step (`--hypothesis-profile=soak`). No deadline: every example talks to PostgreSQL,
@@ -32,31 +31,21 @@ for _name, _examples in (("quick", 10), ("soak", 1000)):
                                                      HealthCheck.too_slow])
 settings.load_profile("quick")
 
-ROOT = Path(__file__).resolve().parent.parent
-
-# What this run must not do without (comma-separated; CI sets it): a test that would
-# skip for want of one fails instead, so a run cannot pass without that coverage.
-# pgbouncer: the binary, for the transaction-pooler tests; matplotlib: the `bench`
-# extra, for the simulator's chart; pgNN (pg15, pg18): the session's server is that
-# major version (the run really is on the PostgreSQL it is meant to be).
-REQUIRE = frozenset(filter(None, (n.strip() for n in
-                                  os.environ.get("DRAINER_TEST_REQUIRE", "").split(","))))
-_REQUIRABLE = re.compile(r"pgbouncer|matplotlib|pg\d+")
-
 
 def pytest_configure(config: pytest.Config) -> None:
-    unknown = sorted(n for n in REQUIRE if not _REQUIRABLE.fullmatch(n))
+    unknown = sorted(n for n in REQUIRE if not REQUIRABLE.fullmatch(n))
     if unknown:
         raise pytest.UsageError(f"DRAINER_TEST_REQUIRE: unknown {unknown}; "
-                                "known: pgbouncer, matplotlib, pgNN (e.g. pg15)")
+                                "known: pgbouncer, matplotlib, awslambdaric, pgNN (e.g. pg15)")
 
 
-def unavailable(name: str, why: str) -> None:
-    """Skip the test for want of `name`, or fail it when DRAINER_TEST_REQUIRE names it."""
-    __tracebackhide__ = True  # report the test's line, not this one
-    if name in REQUIRE:
-        pytest.fail(f"{why} (DRAINER_TEST_REQUIRE={name})", pytrace=False)
-    pytest.skip(why)
+@pytest.fixture(autouse=True)
+def fresh_process_state() -> Iterator[None]:
+    """After each test, drainer's per-process state as a new process has it (cached
+    clients and secrets, pending kicks, the Lambda log handler, idle handler
+    threads), so no test sees what an earlier one left. Registered tasks stay."""
+    yield
+    testing.reset()
 
 
 TEMPLATE = "drainer_template"
@@ -157,26 +146,12 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
         yield c
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment for a drainer subprocess: no DRAINER_* or DATABASE_URL leaking in."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DRAINER_", "PG")) and k != "DATABASE_URL"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "tasks"), str(ROOT)])
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, input: str | bytes | None = None, env: dict | None = None,
-            timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`python -m drainer ARGS` as a real process; text output. `cwd` places the
-    embedded default's ./.drainer/ (tests/test_embedded_db.py)."""
-    data = input.encode() if isinstance(input, str) else input
-    proc = subprocess.run([sys.executable, "-m", "drainer", *args], input=data, cwd=cwd,
-                          capture_output=True, env=env or clean_env(), timeout=timeout)
-    proc.stdout = proc.stdout.decode(errors="replace")
-    proc.stderr = proc.stderr.decode(errors="replace")
-    return proc
-
-
-def count(conn: psycopg.Connection, where: str = "true") -> int:
-    return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
+@pytest.fixture(scope="module")
+def bouncer(server: Server) -> Iterator[pgbouncer.PgBouncer]:
+    """A PgBouncer in transaction mode in front of the session's server, one a module."""
+    if pgbouncer.binary() is None:
+        unavailable("pgbouncer", "notice: pgbouncer is not installed (apt-get install -y "
+                                 "pgbouncer); the transaction-pooler tests did not run")
+    pool = pgbouncer.PgBouncer(server.admin_url, pool_size=2).start()
+    yield pool
+    pool.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from drainer.cluster import free_port, server_user
+from tests.cluster import free_port, server_user
 
 CANDIDATES = ("pgbouncer", "/usr/sbin/pgbouncer")
 
@@ -81,4 +81,9 @@ logfile = {self.root / "pgbouncer.log"}
             self.proc.terminate()
             self.proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def pooled(bouncer: PgBouncer, db_url: str) -> str:
+    """The URL of `db_url`'s database through the pooler."""
+    return bouncer.url(psycopg.conninfo.conninfo_to_dict(db_url)["dbname"])
 

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 import psycopg
 
 import drainer
-from drainer.cluster import Cluster
 from drainer.schema import migrate
-from tests.conftest import clean_env
+from tests.cluster import Cluster
+from tests.helpers import clean_env
 
 SIDE_TABLE = """
 CREATE TABLE soak_executions (

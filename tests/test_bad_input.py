@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 import drainer
 from drainer import cli
-from drainer.cluster import free_port
 from drainer.config import MAX_DAYS, MAX_SECONDS, MIN_LEASE, MIN_MAX_RUNTIME, env_name
-from tests.conftest import ROOT, count, run_cli
+from tests.cluster import free_port
+from tests.helpers import ROOT, count, run_cli
 
 SECRET = "pw-Xk3-never-shown"
 DEPTH_OK = 300  # stored for sure; past the recursion limit, refused for sure

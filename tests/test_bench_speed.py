@@ -10,7 +10,7 @@ import sys
 from bench.speed import __main__ as speed
 from bench.speed import report, venvs
 from bench.speed.systems import System
-from tests.conftest import ROOT, clean_env
+from tests.helpers import ROOT, clean_env
 
 FIGURES = {"noop_1", "noop_4", "sleep_1", "sleep_4", "cold_start", "rss", "statements"}
 

@@ -1,6 +1,5 @@
 """The command line as a user meets it: real processes, exit codes, messages, help."""
 
-import argparse
 import json
 import os
 import re
@@ -8,13 +7,20 @@ import re
 import pytest
 
 from drainer import cli
-from drainer.cli import COMMANDS, build_parser, settings_of
-from drainer.cluster import free_port
+from drainer.cli import COMMANDS, settings_of
 from drainer.config import MIN_LEASE, MIN_MAX_READY_AGE, MIN_MAX_RUNTIME, MIN_POLL_INTERVAL
 from drainer.db import connect
 from drainer.errors import DatabaseUnavailable, DrainerError
-from tests.conftest import ROOT, clean_env, count, run_cli
-from tests.test_processes import summary_of
+from tests.cluster import free_port
+from tests.helpers import (
+    DATABASE_OPTIONS,
+    ROOT,
+    clean_env,
+    count,
+    offered,
+    run_cli,
+    summary_of,
+)
 
 SECRET = "hunter2-Zq9"
 
@@ -25,13 +31,6 @@ def one_line_error(result, code: int) -> str:
     assert len(lines) == 1 and lines[0].startswith("drainer: error: "), result.stderr
     assert "Traceback" not in result.stderr
     return lines[0]
-
-
-def offered(command: str) -> set[str]:
-    """The options `drainer COMMAND` accepts, from its parser."""
-    [subparsers] = [a for a in build_parser()._actions
-                    if isinstance(a, argparse._SubParsersAction)]
-    return {s for a in subparsers.choices[command]._actions for s in a.option_strings}
 
 
 def flat(text: str) -> str:
@@ -53,18 +52,17 @@ def test_help_documents_every_command_and_option_with_its_variable():
         assert flag in drain
 
 
-DATABASE = {"-h", "--help", "--database-url", "--no-prepare"}
 DRAIN = {"--queue", "--tasks", "--batch-size", "--lease", "--max-runtime", "--concurrency",
          "--archive-after", "--verbose"}
 
 
 def test_each_command_offers_only_the_options_it_uses():
-    assert offered("drain") == DATABASE | DRAIN
-    assert offered("work") == DATABASE | DRAIN | {"--listen-url", "--poll-interval"}
-    assert offered("archive") == DATABASE | {"--archive-after"}
-    assert offered("doctor") == DATABASE | {"--json", "--max-ready-age"}
+    assert offered("drain") == DATABASE_OPTIONS | DRAIN
+    assert offered("work") == DATABASE_OPTIONS | DRAIN | {"--listen-url", "--poll-interval"}
+    assert offered("archive") == DATABASE_OPTIONS | {"--archive-after"}
+    assert offered("doctor") == DATABASE_OPTIONS | {"--json", "--max-ready-age"}
     for command in ("migrate", "reap", "cancel"):
-        assert offered(command) == DATABASE
+        assert offered(command) == DATABASE_OPTIONS
     assert offered("demo") == {"-h", "--help"}
     archive = run_cli("archive", "--help").stdout
     assert "--archive-after" in archive and "DRAINER_ARCHIVE_AFTER" in archive

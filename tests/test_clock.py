@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from drainer import clock
-from tests.conftest import clean_env
+from tests.helpers import clean_env
 
 # /proc counts the start in clock ticks (10 ms) and the uptime in hundredths.
 GRAIN = 0.05

@@ -13,11 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 import drainer
-from drainer.cluster import Cluster
 from drainer.db import connect
 from drainer.schema import migrate
-from tests.conftest import clean_env, run_cli
-from tests.test_processes import summary_of, wait_for
+from tests.cluster import Cluster
+from tests.helpers import clean_env, run_cli, summary_of, wait_until
 
 LEASE = "2"
 
@@ -46,7 +45,7 @@ def start_drain(url: str, tmp_path, first_sleep: float) -> subprocess.Popen:
         [sys.executable, "-m", "drainer", "drain", "--database-url", url, "--tasks", "behave",
          "--lease", LEASE, "--batch-size", "5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-    wait_for(touch)
+    wait_until(touch.exists)
     return proc
 
 

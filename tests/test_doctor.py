@@ -12,7 +12,7 @@ import pytest
 
 import drainer
 from drainer import doctor
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 LEASE = timedelta(minutes=5)
 

@@ -12,7 +12,7 @@ import drainer
 from drainer import clock
 from drainer.db import connect
 from drainer.run import Options, Sizer, drain
-from tests.conftest import count
+from tests.helpers import count
 
 
 def noop(job):

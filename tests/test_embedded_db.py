@@ -14,16 +14,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import psycopg
 import pytest
 
 import drainer
-from tests.conftest import clean_env, run_cli
-from tests.test_processes import summary_of, wait_for
+from tests.helpers import clean_env, run_cli, summary_of, wait_until
 
 ELSEWHERE = "postgresql://nobody@127.0.0.1:1/elsewhere"  # a DATABASE_URL `db` must ignore
 
@@ -42,19 +41,17 @@ def postmasters(directory: Path) -> list[int]:
     return found
 
 
-def gone(pid: int) -> bool:
+def gone(*pids: int) -> bool:
+    """Whether every one of the processes has exited."""
+    return all(map(_gone, pids))
+
+
+def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return True
     return state == "Z"  # exited; its parent (the init process) has yet to reap it
-
-
-def wait_until_gone(pids: list[int], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(gone(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"{pids} still running"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -76,7 +73,7 @@ def _stop_leftovers(path: Path) -> None:
         for pid in left:
             os.kill(pid, sig)
         try:
-            wait_until_gone(left, timeout=10)
+            wait_until(partial(gone, *left), timeout=10)
             return
         except AssertionError:
             continue
@@ -134,7 +131,7 @@ def test_a_server_in_use_is_stopped_by_its_last_user_only(workdir):
     drain = subprocess.Popen([sys.executable, "-m", "drainer", "drain", "--tasks", "behave"],
                              cwd=workdir, env=clean_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    wait_for(workdir / "started")
+    wait_until((workdir / "started").exists)
     cli(workdir, "stats", "--json")  # joins the drain's server, leaves it to the drain
     assert len(postmasters(workdir)) == 1
     release.touch()
@@ -151,7 +148,7 @@ def leave_a_server_behind(workdir: Path) -> int:
     drain = subprocess.Popen([sys.executable, "-m", "drainer", "drain", "--tasks", "behave"],
                              cwd=workdir, env=clean_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    wait_for(touch)
+    wait_until(touch.exists)
     drain.send_signal(signal.SIGKILL)
     drain.wait(timeout=10)
     [server] = postmasters(workdir)
@@ -170,7 +167,7 @@ def test_a_stale_postmaster_pid_naming_another_process_is_not_trusted(workdir):
     container restart): the pid in postmaster.pid is alive but is not PostgreSQL."""
     server = leave_a_server_behind(workdir)
     os.kill(server, signal.SIGKILL)
-    wait_until_gone([server])
+    wait_until(partial(gone, server))
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         pid_file = workdir / ".drainer" / "pgdata" / "postmaster.pid"

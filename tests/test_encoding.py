@@ -19,7 +19,7 @@ from drainer.db import connect
 from drainer.errors import BadInput
 from drainer.run import Options, Summary, drain
 from drainer.schema import migrate
-from tests.conftest import clean_env, count, run_cli
+from tests.helpers import clean_env, count, run_cli
 
 EMOJI = "\N{GRINNING FACE}"
 ESCAPED_EMOJI = "\\U0001f600"  # how a LATIN1 database keeps it in last_error

@@ -8,9 +8,9 @@ import psycopg
 import pytest
 
 from drainer import errors, queue
-from drainer.cluster import PASSWORD_ROLE, free_port
 from drainer.db import connect
-from tests.conftest import clean_env, run_cli
+from tests.cluster import PASSWORD_ROLE, free_port
+from tests.helpers import clean_env, run_cli
 
 SECRET = "s3cr3t-Pa55"
 

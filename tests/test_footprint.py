@@ -9,8 +9,7 @@ import pytest
 
 import drainer
 from drainer.db import APPLICATION_NAME, connect
-from tests.conftest import run_cli
-from tests.test_processes import drainer_process, summary_of, wait_for
+from tests.helpers import drainer_process, run_cli, summary_of, wait_until
 
 
 def sessions(server, dbname: str) -> list[str]:
@@ -30,7 +29,7 @@ def test_no_transaction_is_open_while_a_handler_works_and_none_remains(server, d
     with connect(db_url) as conn:
         drainer.enqueue(conn, "default", {"touch": str(touch), "sleep": 1})
     proc = drainer_process(db_url, "--tasks", "behave")
-    wait_for(touch)
+    wait_until(touch.exists)
     assert sessions(server, dbname_of(db_url)) == ["idle"]  # not "idle in transaction"
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -120,7 +119,7 @@ def test_the_run_is_active_only_while_its_handlers_and_its_sql_run(server, db_ur
     proc = drainer_process(db_url, "--tasks", "behave", "--batch-size", "1")
     try:
         for i in range(jobs):
-            wait_for(started[i])
+            wait_until(started[i].exists)
             # start + claim, then per finished job: complete + the next claim
             assert statements(server, name) == 2 + 2 * i
             first = drain_session(server, name)

@@ -4,7 +4,6 @@ look inside SAM resources itself), every handler it names importable, and its
 artifact holding the function's code and nothing else of the checkout."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,73 +13,19 @@ from pathlib import Path
 
 import pytest
 from cfnlint.api import ManualArgs, lint
-from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "infra" / "template.yaml"
-STAGE = ROOT / "infra" / "stage.py"
+from tests.helpers import ROOT
+from tests.templates import TEMPLATE, artifact_input, code_dir, functions, imports_in, translated
 
-# What `sam build` (aws-lambda-builders' Python pip workflow) leaves out when it
-# copies a function's CodeUri directory into the artifact, matched against every
-# file and directory name with shutil.ignore_patterns, as it does. Everything else
-# there is packaged, and requirements.txt's dependencies are installed beside it.
-SAM_EXCLUDES = (
-    ".aws-sam", ".chalice", ".git", ".gitignore", "*.pyc", "__pycache__", "*.so", ".Python",
-    "*.egg-info", "*.egg", "pip-log.txt", "pip-delete-this-directory.txt", "htmlcov", ".tox",
-    ".nox", ".coverage", ".cache", ".pytest_cache", ".python-version", ".mypy_cache",
-    ".dmypy.json", ".pyre", ".env", ".venv", "venv", "venv.bak", "env.bak", "ENV", "env",
-    ".vscode", ".idea",
-)
-SUSPEND_AFTER_MINUTES = 10  # the seed: polling more often keeps the compute awake
-
-
-class NoNetwork:
-    """The managed-policy map: bundled with the translator; never fetched from IAM."""
-
-    def load(self) -> dict:
-        raise AssertionError("the translator wanted to list IAM policies")
+# Idle minutes before a scale-to-zero database suspends: a backstop that polls more
+# often keeps it awake.
+SUSPEND_AFTER_MINUTES = 10
 
 
 @pytest.fixture
 def sam() -> dict:
     return yaml_parse(TEMPLATE.read_text())
-
-
-def functions(template: dict) -> dict[str, dict]:
-    return {name: r["Properties"] for name, r in template["Resources"].items()
-            if r["Type"] == "AWS::Serverless::Function"}
-
-
-def artifact_input(code: Path) -> set[str]:
-    """The files `sam build` copies from the CodeUri directory `code` into the
-    artifact, as paths relative to it (SAM_EXCLUDES left out, links followed)."""
-    ignore = shutil.ignore_patterns(*SAM_EXCLUDES)
-    files = set()
-    for directory, dirs, names in os.walk(code, followlinks=True):
-        skip = ignore(directory, [*dirs, *names])
-        dirs[:] = [d for d in dirs if d not in skip]
-        files |= {Path(directory, n).relative_to(code).as_posix() for n in names
-                  if n not in skip}
-    return files
-
-
-def code_dir(template: Path, props: dict) -> Path:
-    """The directory a function's CodeUri names, relative to its template."""
-    return (template.parent / props["CodeUri"]).resolve()
-
-
-def imports_in(code: Path, handler: str) -> subprocess.CompletedProcess:
-    """Resolve `handler` as the Lambda runtime does, with `code` as the task root
-    (first on sys.path) and the interpreter's installed packages after it: the
-    module is `a.b` for `a/b` or `a.b`, the function the part after the last dot.
-    Isolated (-I): neither this checkout nor PYTHONPATH is on the path."""
-    module, _, function = handler.rpartition(".")
-    check = (f"import importlib, sys; sys.path.insert(0, {str(code)!r}); "
-             f"m = importlib.import_module({module.replace('/', '.')!r}); "
-             f"assert callable(m.{function}), 'not callable'")
-    return subprocess.run([sys.executable, "-I", "-c", check], cwd=code, capture_output=True,
-                          text=True)
 
 
 @pytest.fixture
@@ -112,15 +57,6 @@ def checkout(tmp_path: Path) -> Path:
 def stage(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(root / "infra" / "stage.py"), *args],
                           capture_output=True, text=True)
-
-
-def translated(sam: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")  # pseudo parameters, offline
-    monkeypatch.delenv("AWS_PROFILE", raising=False)  # no profile or config of the machine's
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    for props in functions(sam).values():  # what `sam package` does to a local CodeUri
-        props["CodeUri"] = "s3://drainer-artifacts/drainer.zip"
-    return transform(sam, {"Tasks": "myapp.tasks"}, NoNetwork())
 
 
 def test_the_template_translates_and_lints_clean(sam, monkeypatch):

@@ -13,8 +13,7 @@ import pytest
 import drainer
 from drainer.db import connect
 from drainer.run import Options, drain
-from tests.conftest import run_cli
-from tests.test_processes import summary_of
+from tests.helpers import run_cli, summary_of
 
 LOGIN = "drainer_least_login"
 ROLES_SQL = files("drainer").joinpath("sql").joinpath("roles.sql").read_text()

@@ -8,8 +8,7 @@ import pytest
 import drainer
 from drainer.db import connect
 from drainer.schema import migrate
-from tests.conftest import clean_env, run_cli
-from tests.test_processes import summary_of
+from tests.helpers import clean_env, run_cli, summary_of
 
 APP_PATH = "-c search_path=app,public"
 

@@ -11,10 +11,10 @@ import pytest
 
 import drainer
 from drainer.batch import MAX_ERROR, describe
+from drainer.errors import ConfigError
 from drainer.run import Options, drain
-from drainer.tasks import Timed, task
-from tests.conftest import count, run_cli
-from tests.test_processes import drainer_process, summary_of, wait_for
+from drainer.tasks import Timed, registered, task
+from tests.helpers import count, drainer_process, run_cli, summary_of, wait_until
 
 
 class Unreadable(Exception):
@@ -144,7 +144,7 @@ def test_a_hung_handler_without_a_timeout_comes_back_by_its_lease(db_url, tmp_pa
         drainer.enqueue(conn, "hang_forever", {"touch": str(touch)}, max_attempts=1)
     proc = drainer_process(db_url, "--tasks", "misbehave", "--queue", "hang_forever",
                            "--lease", "1")
-    wait_for(touch)
+    wait_until(touch.exists)
     proc.send_signal(signal.SIGTERM)  # the handler gets one lease, then is abandoned
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -157,3 +157,15 @@ def test_a_hung_handler_without_a_timeout_comes_back_by_its_lease(db_url, tmp_pa
     with drainer.db.connect(db_url) as conn:
         assert conn.execute("SELECT status, last_error FROM jobs").fetchone() == (
             "failed", "lease expired")
+
+
+def test_an_async_handler_is_refused_when_registered_not_marked_done_unrun():
+    """Called on a thread, an `async def` handler would only create a coroutine, and
+    the job would be done without having run."""
+
+    async def send_email(job):
+        raise AssertionError("never awaited")
+
+    with pytest.raises(ConfigError, match=r"send_email is `async def`"):
+        task("async-refused")(send_email)
+    assert "async-refused" not in registered()

@@ -3,7 +3,7 @@ drainer.aws does, when it first needs a client."""
 
 import json
 
-from tests.conftest import clean_env, run_cli
+from tests.helpers import clean_env, run_cli
 
 
 def imported(stderr: str) -> set[str]:

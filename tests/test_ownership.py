@@ -13,7 +13,7 @@ import drainer
 from drainer import batch, clock, queue, run
 from drainer.db import connect
 from drainer.run import Options, Sizer, Summary, drain
-from tests.conftest import count, run_cli
+from tests.helpers import count, run_cli
 
 LEASE = timedelta(minutes=5)
 INT_MAX = 2**31 - 1

@@ -14,25 +14,10 @@ import psycopg
 import pytest
 
 import drainer
-from tests import pgbouncer
-from tests.conftest import clean_env, count, run_cli, unavailable
-from tests.test_worker import listeners, wait_until
+from tests.helpers import clean_env, count, listeners, run_cli, wait_until
+from tests.pgbouncer import pooled
 
 JOBS = 10_000
-
-
-@pytest.fixture(scope="module")
-def bouncer(server):
-    if pgbouncer.binary() is None:
-        unavailable("pgbouncer", "notice: pgbouncer is not installed (apt-get install -y "
-                                 "pgbouncer); the transaction-pooler tests did not run")
-    pool = pgbouncer.PgBouncer(server.admin_url, pool_size=2).start()
-    yield pool
-    pool.stop()
-
-
-def pooled(bouncer, db_url: str) -> str:
-    return bouncer.url(psycopg.conninfo.conninfo_to_dict(db_url)["dbname"])
 
 
 def test_four_drainers_through_pgbouncer_finish_10000_jobs_exactly_once(bouncer, db_url):

@@ -1,32 +1,13 @@
 """Real `python -m drainer` processes: many at once, kill -9 mid-job, SIGTERM mid-drain."""
 
-import json
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import drainer
 from drainer.db import connect
-from tests.conftest import clean_env, run_cli
-
-
-def summary_of(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
-def drainer_process(db_url: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "drainer", "drain", "--database-url", db_url, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-
-
-def wait_for(path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.02)
+from tests.helpers import clean_env, drainer_process, run_cli, summary_of, wait_until
 
 
 def test_eight_drainers_do_10000_jobs_exactly_once(db_url):
@@ -49,7 +30,7 @@ def test_kill_9_mid_job_then_a_later_run_reaps_and_finishes(db_url, tmp_path):
     with connect(db_url) as conn:
         drainer.enqueue(conn, "default", {"touch": str(touch), "sleep_first": 60})
     proc = drainer_process(db_url, "--tasks", "behave", "--lease", "1")
-    wait_for(touch)
+    wait_until(touch.exists)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     with connect(db_url) as conn:
@@ -71,7 +52,7 @@ def test_sigterm_mid_drain_leaves_nothing_running_and_a_rerun_finishes(db_url, t
         drainer.enqueue(conn, "default", {"touch": str(touch), "sleep": 0.5})
         drainer.enqueue_many(conn, "default", [{"sleep": 0.05}] * 40)
     proc = drainer_process(db_url, "--tasks", "behave", "--batch-size", "20")
-    wait_for(touch)
+    wait_until(touch.exists)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -93,7 +74,7 @@ def test_a_second_sigterm_stops_at_once(db_url, tmp_path):
     with connect(db_url) as conn:
         drainer.enqueue(conn, "default", {"touch": str(touch), "sleep": 60})
     proc = drainer_process(db_url, "--tasks", "behave")
-    wait_for(touch)
+    wait_until(touch.exists)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     assert proc.poll() is None  # still waiting for the running handler

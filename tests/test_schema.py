@@ -1,4 +1,4 @@
-"""`migrate`: idempotent, concurrent-safe, accepts the article's hand-made table."""
+"""`migrate`: idempotent, concurrent-safe, accepts a hand-made table."""
 
 import subprocess
 import sys
@@ -9,8 +9,7 @@ import pytest
 import drainer
 from drainer import schema
 from drainer.sql import LATEST_VERSION, MIGRATIONS
-
-ARTICLE_TABLE = MIGRATIONS[1]  # the article's CREATE TABLE and index, verbatim
+from tests.helpers import HAND_MADE_TABLE
 
 
 def catalog(url: str) -> list[tuple]:
@@ -37,9 +36,9 @@ def test_migrate_is_idempotent_and_records_the_version(empty_db_url):
         assert schema.version(conn) == LATEST_VERSION
 
 
-def test_migrate_accepts_the_hand_made_article_table(empty_db_url, db_url):
+def test_migrate_accepts_a_hand_made_table(empty_db_url, db_url):
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        conn.execute(ARTICLE_TABLE, prepare=False)
+        conn.execute(HAND_MADE_TABLE, prepare=False)
         conn.execute("INSERT INTO jobs (payload) SELECT jsonb_build_object('email_id', g) "
                      "FROM generate_series(1, 10) AS g")
         schema.migrate(conn)
@@ -49,7 +48,7 @@ def test_migrate_accepts_the_hand_made_article_table(empty_db_url, db_url):
 
 def test_a_hand_made_table_drains_without_migrate(empty_db_url):
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        conn.execute(ARTICLE_TABLE, prepare=False)
+        conn.execute(HAND_MADE_TABLE, prepare=False)
         drainer.enqueue(conn, "default", {"n": 1})
         summary = drainer.drain(conn, {"default": lambda job: None},
                                 drainer.Options(queues=["default"]))

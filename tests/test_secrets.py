@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from drainer.cli import COMMANDS
-from drainer.cluster import PASSWORD_ROLE, free_port
-from tests.conftest import clean_env, run_cli
+from tests.cluster import PASSWORD_ROLE, free_port
+from tests.helpers import clean_env, run_cli
 
 SECRET = "Pw-7f3a9c:s@cr/t%"  # characters a URL must percent-encode
 SPELLINGS = (SECRET, urllib.parse.quote(SECRET, safe=""), urllib.parse.quote(SECRET))

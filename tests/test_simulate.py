@@ -15,7 +15,7 @@ from bench.simulator.metrics import ideal, percentile, replay
 from bench.simulator.strategies import BACKSTOP_MINUTES, Cron, Listen, Ours, Poll, strategies
 from bench.simulator.table import backoff
 from drainer import queue
-from tests.conftest import unavailable
+from tests.helpers import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 5  # minutes

@@ -9,8 +9,7 @@ import psycopg
 
 import drainer
 from drainer import report
-from tests.conftest import run_cli
-from tests.test_schema import ARTICLE_TABLE
+from tests.helpers import HAND_MADE_TABLE, run_cli
 
 LEASE = timedelta(minutes=5)
 
@@ -45,7 +44,7 @@ def test_done_in_the_last_hour_per_queue(conn, db_url):
 
 def test_a_hand_made_table_drains_and_says_the_rate_is_unknown(empty_db_url):
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        conn.execute(ARTICLE_TABLE, prepare=False)
+        conn.execute(HAND_MADE_TABLE, prepare=False)
         drain_some(conn, "default", 3)
         data = report.stats(conn)
     assert data["done_last_hour"] is None

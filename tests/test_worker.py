@@ -8,26 +8,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 import drainer
-from drainer.worker import LISTEN_NAME
-from tests.conftest import clean_env, count
+from tests.helpers import clean_env, count, listeners, wait_until
 
 LISTEN_ROLE = "drainer_listener"  # not a superuser, so a connection limit applies to it
-
-
-def wait_until(check: Callable[[], object], timeout: float = 20) -> object:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {check}")
-        time.sleep(0.05)
-    return result
 
 
 @contextlib.contextmanager
@@ -50,12 +40,6 @@ def stop(proc: subprocess.Popen) -> tuple[dict, str]:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1]), err
-
-
-def listeners(conn: psycopg.Connection) -> list[int]:
-    return [pid for (pid,) in conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND application_name = %s AND query LIKE 'LISTEN jobs%%'", [LISTEN_NAME])]
 
 
 def idle_worker(conn: psycopg.Connection, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import psycopg
 
-from drainer.cluster import Cluster
+from tests.cluster import Cluster
 
 
 class Server:

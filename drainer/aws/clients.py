@@ -25,6 +25,15 @@ def get(service: str) -> Any:
     return boto3.client(service, config=Config(**TIMEOUTS))
 
 
+_cached = get  # what clear() empties, even while a test has put a stand-in for `get`
+
+
+def clear() -> None:
+    """Forget the clients, so the next `get` makes new ones from the environment as
+    it is then (for tests, which change it; see drainer.testing.reset)."""
+    _cached.cache_clear()
+
+
 def invoke_async(function: str, event: dict) -> None:
     """Queue `event` for `function` (a name or ARN, alias included) with
     InvocationType="Event": returns once Lambda has accepted it, without waiting

@@ -63,6 +63,12 @@ class Credentials:
         return conninfo
 
 
+def forget_secrets() -> None:
+    """Drop every cached secret, so the next connection reads its secret again (for
+    tests: each one's secrets are its own; see drainer.testing.reset)."""
+    _secrets.clear()
+
+
 def _fetch(arn: str) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
 

@@ -108,9 +108,9 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
     total = replace(total, seconds=clock.monotonic() - began)
     outcome = _act(decision, trigger, context, settings, total)
     pruned = _prune(decision, settings)
-    print(logs.metric_line(total, namespace=settings.namespace, function=context.function_name,
-                           trigger=trigger.kind, depth=trigger.depth, next=decision.action,
-                           outcome=outcome), flush=True)
+    logs.print_metrics(total, namespace=settings.namespace, function=context.function_name,
+                       trigger=trigger.kind, depth=trigger.depth, next=decision.action,
+                       outcome=outcome)
     return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
             "next": decision.action, "at": decision.at.isoformat() if decision.at else None,
             "lease": decision.lease, "outcome": outcome, "pruned": pruned}

@@ -66,6 +66,20 @@ _coalescers: dict[str, _Coalescer] = {}
 _registry_lock = threading.Lock()
 
 
+def cancel_all() -> None:
+    """Cancel every trailing kick still to come and forget when kicks were last sent,
+    so a Kicker made afterwards starts afresh (for tests: no kick of one test fires
+    in the next; see drainer.testing.reset). A Kicker made before keeps its past."""
+    with _registry_lock:
+        coalescers = list(_coalescers.values())
+        _coalescers.clear()
+    for coalescer in coalescers:
+        with coalescer.lock:
+            if coalescer.timer:
+                coalescer.timer.cancel()
+                coalescer.timer = None
+
+
 class Kicker:
     def __init__(self, function: str, *, interval: float = DEFAULT_INTERVAL):
         """`function`: the drainer function's name or ARN (an alias ARN keeps the alias)."""

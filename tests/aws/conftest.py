@@ -1,10 +1,9 @@
 """AWS in-process: moto's mock_aws for Secrets Manager, Scheduler and RDS token
 signing, botocore's Stubber for Lambda invokes (moto would run the function in
-Docker), fake credentials and region, and a fake Lambda context. Nothing here
-reaches the network."""
+Docker), fake credentials and region. Nothing here reaches the network. The names
+and the fake Lambda context the tests share are in tests/aws/helpers.py."""
 
 import json
-import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -14,36 +13,15 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from drainer import clock
-from drainer.aws import clients, credentials, kick, logs
-from tests.test_pgbouncer import bouncer  # noqa: F401 - the PgBouncer fixture, shared
-
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
-FUNCTION = "drainer"
-FUNCTION_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{FUNCTION}:live"  # an alias
-ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/drainer-scheduler"
-GROUP = "drainer-wake"
-
-
-class FakeContext:
-    """What the Lambda runtime passes: remaining time counts down on the clock seam."""
-
-    function_name = FUNCTION
-    invoked_function_arn = FUNCTION_ARN
-    aws_request_id = "11111111-2222-3333-4444-555555555555"
-
-    def __init__(self, seconds: float):
-        self.end = clock.monotonic() + seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int((self.end - clock.monotonic()) * 1000)
+from drainer.aws import clients
+from tests.aws.helpers import FUNCTION, FUNCTION_ARN, GROUP, REGION, ROLE_ARN
 
 
 @pytest.fixture(autouse=True)
 def aws(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[None]:
-    """A clean AWS world: fake credentials, one region, moto, no cached clients,
-    no drainer or libpq settings leaking in from the outer environment."""
+    """A clean AWS world: fake credentials, one region, moto, no drainer or libpq
+    settings leaking in from the outer environment. Cached clients and secrets,
+    pending kicks and the log handler go after each test (tests/conftest.py)."""
     for name in list(os.environ):
         if name.startswith(("DRAINER_", "PG", "AWS_")) or name == "DATABASE_URL":
             monkeypatch.delenv(name)
@@ -53,20 +31,8 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[None]:
                         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
                         "AWS_LAMBDA_FUNCTION_NAME": FUNCTION}.items():
         monkeypatch.setenv(name, value)
-    get = clients.get  # a test may swap it; the cache to clear is the real one's
-    get.cache_clear()
-    credentials._secrets.clear()
-    kick._coalescers.clear()
     with mock_aws():
         yield
-    get.cache_clear()
-    for coalescer in kick._coalescers.values():  # no trailing kick fires after the test
-        if coalescer.timer:
-            coalescer.timer.cancel()
-    root = logging.getLogger("drainer")  # undo logs.setup: other tests read records
-    for handler in [h for h in root.handlers if h.formatter is logs._formatter]:
-        root.removeHandler(handler)
-    root.propagate = True
 
 
 @pytest.fixture

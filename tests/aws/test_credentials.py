@@ -2,7 +2,6 @@
 
 import json
 
-import boto3
 import psycopg
 import pytest
 from freezegun import freeze_time
@@ -10,21 +9,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from drainer import enqueue, errors
 from drainer.aws.credentials import Credentials
-from drainer.cluster import PASSWORD_ROLE
 from handlers.aws_lambda import handler
-from tests.aws.conftest import REGION, FakeContext
+from tests.aws.helpers import REGION, FakeContext, make_secret, secrets
+from tests.cluster import PASSWORD_ROLE
 
 RDS_SECRET = {"engine": "postgres", "username": "app", "password": "pw-1", "host": "db.internal",
               "port": 5432, "dbname": "jobs", "dbInstanceIdentifier": "db"}
-
-
-def secrets():
-    return boto3.client("secretsmanager", region_name=REGION)
-
-
-def make_secret(value: dict | str) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return secrets().create_secret(Name="drainer-db", SecretString=text)["ARN"]
 
 
 def test_a_url_is_used_as_given(monkeypatch):

@@ -10,7 +10,7 @@ from drainer import errors
 from drainer.aws import clients, events, schedule
 from drainer.aws.events import Trigger
 from drainer.wake import Next
-from tests.aws.conftest import FUNCTION_ARN, GROUP, REGION, ROLE_ARN
+from tests.aws.helpers import FUNCTION_ARN, GROUP, REGION, ROLE_ARN
 
 
 @pytest.mark.parametrize("event, trigger", [

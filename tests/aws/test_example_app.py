@@ -10,12 +10,10 @@ from collections.abc import Iterator
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
-from drainer import enqueue, tasks
-from tests.aws.conftest import FakeContext
-from tests.aws.test_function import settled_sessions
-from tests.conftest import count
-from tests.test_example_app import EXAMPLE_TEMPLATE, the_function
-from tests.test_infra import code_dir
+from drainer import enqueue, testing
+from tests.aws.helpers import FakeContext, settled_sessions
+from tests.helpers import count
+from tests.templates import EXAMPLE_TEMPLATE, code_dir, the_function
 
 
 @pytest.fixture
@@ -27,10 +25,10 @@ def example_function(function_env: str, monkeypatch: pytest.MonkeyPatch) -> Iter
     props = the_function(yaml_parse(EXAMPLE_TEMPLATE.read_text()))
     monkeypatch.syspath_prepend(str(code_dir(EXAMPLE_TEMPLATE, props)))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ in the example
-    monkeypatch.setattr(tasks, "_REGISTRY", {})
     monkeypatch.setenv("DRAINER_TASKS", props["Environment"]["Variables"]["DRAINER_TASKS"])
     monkeypatch.delenv("DRAINER_QUEUES")
-    yield props
+    with testing.separate_tasks():
+        yield props
     for name in [m for m in sys.modules if m == "myapp" or m.startswith("myapp.")]:
         del sys.modules[name]
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from drainer import enqueue
 from handlers.aws_lambda import handler
-from tests.aws.conftest import FakeContext
+from tests.aws.helpers import FakeContext
 
 
 def test_a_failed_attempt_is_one_structured_json_line_with_the_request_id(

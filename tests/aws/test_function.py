@@ -2,11 +2,9 @@
 
 import json
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import boto3
-import psycopg
 import pytest
 from botocore.stub import Stubber
 
@@ -14,24 +12,16 @@ from drainer import cancel, claim, clock, complete, enqueue, enqueue_many, error
 from drainer.aws import clients, events, schedule
 from drainer.wake import ceil_minute
 from handlers.aws_lambda import handler
-from tests.aws.conftest import FUNCTION_ARN, GROUP, REGION, ROLE_ARN, FakeContext
-from tests.conftest import count
-from tests.test_pgbouncer import pooled
-
-
-def sessions(conn: psycopg.Connection) -> int:
-    """Sessions the drainer has open on the test's database."""
-    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                        "current_database() AND application_name = 'drainer'").fetchone()[0]
-
-
-def settled_sessions(conn: psycopg.Connection) -> int:
-    """sessions(), once closed ones have gone: a closed connection's backend leaves
-    pg_stat_activity a moment after the client closes; one kept open stays."""
-    settled = time.monotonic() + 1
-    while sessions(conn) and time.monotonic() < settled:
-        time.sleep(0.01)
-    return sessions(conn)
+from tests.aws.helpers import (
+    FUNCTION_ARN,
+    GROUP,
+    REGION,
+    ROLE_ARN,
+    FakeContext,
+    settled_sessions,
+)
+from tests.helpers import count
+from tests.pgbouncer import pooled
 
 
 def stdout_lines(capsys) -> list[dict]:

@@ -9,15 +9,8 @@ import pytest
 from drainer import enqueue
 from drainer.aws import events, kick
 from drainer.aws.kick import Kicker
-from tests.aws.conftest import FUNCTION
-from tests.conftest import count
-
-
-def wait_for(condition, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while not condition() and time.monotonic() < end:
-        time.sleep(0.01)
-    return condition()
+from tests.aws.helpers import FUNCTION
+from tests.helpers import count, wait_until
 
 
 def test_the_kick_is_sent_after_the_commit(db_url, conn, invokes):
@@ -58,7 +51,7 @@ def test_kicks_are_coalesced_to_one_per_interval_with_one_trailing(invokes):
     assert kicker.kick("email") is True  # sent at once
     assert [kicker.kick("email"), Kicker(FUNCTION, interval=0.3).kick("email")] == [False, False]
     assert len(invokes.sent) == 1  # folded, the other Kicker of the same function too
-    assert wait_for(lambda: len(invokes.sent) == 2)  # one trailing kick ends the interval
+    wait_until(lambda: len(invokes.sent) == 2)  # one trailing kick ends the interval
     time.sleep(0.4)
     assert len(invokes.sent) == 2  # only one, for the two folded kicks
     invokes.stubber.assert_no_pending_responses()
@@ -72,7 +65,7 @@ def test_a_failed_kick_never_fails_the_producer_and_is_sent_again(db_url, conn, 
     with psycopg.connect(db_url) as producer, Kicker(FUNCTION).transaction(producer, "email"):
         enqueue(producer, "email", {})
     assert count(conn) == 1  # committed, whatever the kick did
-    assert wait_for(lambda: len(invokes.sent) == 2)
+    wait_until(lambda: len(invokes.sent) == 2)
     invokes.stubber.assert_no_pending_responses()
     assert "TooManyRequestsException" in caplog.text and "sending it again" in caplog.text
     assert "backstop" not in caplog.text
@@ -83,6 +76,6 @@ def test_a_kick_that_keeps_failing_is_left_to_the_backstop(invokes, caplog, monk
     for _ in range(3):
         invokes.fail_next()
     Kicker(FUNCTION).kick("email")
-    assert wait_for(lambda: "backstop" in caplog.text)
+    wait_until(lambda: "backstop" in caplog.text)
     assert len(invokes.sent) == 3 and "failed (TooManyRequestsException" in caplog.text
     invokes.stubber.assert_no_pending_responses()

@@ -9,10 +9,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from drainer import enqueue, errors
 from drainer.aws import clients
-from drainer.cluster import PASSWORD_ROLE
 from handlers.aws_lambda import handler
-from tests.aws.conftest import FakeContext
-from tests.aws.test_credentials import make_secret
+from tests.aws.helpers import FakeContext, make_secret
+from tests.cluster import PASSWORD_ROLE
 
 SECRET = "Pw-secret-5e1f:@/%"
 

