@@ -15,33 +15,17 @@ import textwrap
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from . import __version__, clock, config, doctor, queue, schema, worker
-from .config import (
-    MIN_LEASE,
-    MIN_MAX_READY_AGE,
-    MIN_MAX_RUNTIME,
-    MIN_POLL_INTERVAL,
-    env_name,
-    flag,
-    from_env,
-    lease_seconds,
-    max_ready_age_seconds,
-    max_runtime_seconds,
-    names,
-    nonnegative_days,
-    nonnegative_seconds,
-    poll_seconds,
-    positive_int,
-)
+from . import __version__, clock, config, queue, schema
+from . import settings as s
 from .db import connect
 from .errors import BadInput, ConfigError, DrainerError, password_of, redact
 from .progress import Progress, closing
-from .run import DEFAULT_ARCHIVE_AFTER, DEFAULT_LEASE, Options, Summary, drain
+from .run import Options, Summary, drain
+from .settings import Setting, flag, nonnegative_seconds, positive_int
 from .tasks import select
 
 log = logging.getLogger("drainer")
@@ -102,91 +86,27 @@ def _checked(kind: Callable) -> Callable:
     return parse
 
 
-@dataclass(frozen=True)
-class Setting:
-    """An option that falls back to its DRAINER_* variable, then to a default. The
-    variable is read after parsing, and only for a command that has the option, so
-    a bad value breaks only the commands that use it."""
+Group = tuple[str, tuple[Setting[Any], ...]]  # a --help section: its title and options
 
-    option: str
-    kind: Callable[[str], Any]
-    default: object
-    help: str
-    metavar: str | None = None
-
-    @property
-    def env(self) -> str:
-        return env_name(self.option)
-
-    @property
-    def dest(self) -> str:
-        return self.option.lstrip("-").replace("-", "_")
-
-
-Group = tuple[str, tuple[Setting, ...]]  # a --help section: its title and options
-
-DATABASE: Group = ("database", (
-    Setting("--database-url", str, None, "postgresql:// URL (else DATABASE_URL)", "URL"),
-    Setting("--no-prepare", flag, False,
-            "for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements "
-            "and no startup options, which they refuse; the statement timeout is then the "
-            "role's (ALTER ROLE ... SET statement_timeout)"),
-))
-ARCHIVE_AFTER = Setting("--archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER.days,
-                        "days after which done jobs leave the jobs table (default 7)", "DAYS")
-DRAIN: Group = ("drain", (
-    Setting("--tasks", names, [], "comma-separated modules that define @task handlers",
-            "MODULES"),
-    Setting("--batch-size", positive_int, None,
-            "jobs per claim, pinned (default: adaptive, 10 to start, up to 500)", "N"),
-    Setting("--lease", lease_seconds, DEFAULT_LEASE.total_seconds(),
-            "seconds a claim holds a job before a reaper may take it back; extended while "
-            f"a handler runs (at least {MIN_LEASE:g}, default 300)", "SECONDS"),
-    Setting("--max-runtime", max_runtime_seconds, None,
-            "stop claiming so the run ends within this many seconds of the process's start "
-            "(as the OS counts it: the interpreter's start and the imports included); "
-            f"unstarted claims are given back (at least {MIN_MAX_RUNTIME:g}, default: none)",
-            "SECONDS"),
-    Setting("--concurrency", positive_int, 1,
-            "handlers run at once, on threads, for I/O-bound jobs (default 1)", "N"),
-    ARCHIVE_AFTER,
-    Setting("--verbose", flag, False,
-            "under each failed attempt's log line, the handler's traceback (passwords in "
-            "URLs masked; never stored: last_error keeps `Type: message`)"),
-))
-ALWAYS_ON: Group = ("always on", (
-    Setting("--listen-url", str, None,
-            "direct postgresql:// URL for LISTEN, never a transaction pooler, which hands "
-            "the session to others (default: the database URL; claims may still go through "
-            "a pooled --database-url)", "URL"),
-    Setting("--poll-interval", poll_seconds, worker.DEFAULT_POLL,
-            "seconds between fallback polls, which find work whose notification was missed "
-            f"(a reconnect, a table without the trigger) (at least {MIN_POLL_INTERVAL:g}, "
-            "default 60). Every poll is activity: on a scale-to-zero compute an interval "
-            "under the database's suspend timeout (often 5 to 10 minutes) keeps the compute "
-            "awake around the clock, even with an empty queue; there, prefer `drain` on a "
-            "schedule", "SECONDS"),
-))
-DOCTOR: Group = ("doctor", (
-    Setting("--max-ready-age", max_ready_age_seconds, doctor.DEFAULT_MAX_READY_AGE,
-            "seconds a ready job may wait before it is a problem; set it above the time "
-            f"between scheduled drains (at least {MIN_MAX_READY_AGE:g}, default 3600)",
-            "SECONDS"),
-))
+DATABASE: Group = ("database", (s.DATABASE_URL, s.NO_PREPARE))
+DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
+                          s.ARCHIVE_AFTER, s.VERBOSE))
+ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
+DOCTOR: Group = ("doctor", (s.MAX_READY_AGE,))
 # Each command's settings: the one place that says which command reads which variable.
 SETTINGS: dict[str, tuple[Group, ...]] = {
     "drain": (DATABASE, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
     "migrate": (DATABASE,), "enqueue": (DATABASE,), "stats": (DATABASE,),
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
-    "archive": (DATABASE, ("archive", (ARCHIVE_AFTER,))),
+    "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER,))),
     "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
     "failed": (DATABASE,), "show": (DATABASE,),
     "db": (),  # always the embedded server: no --database-url to mislead
 }
 
 
-def settings_of(command: str) -> list[Setting]:
-    return [s for _title, group in SETTINGS.get(command, ()) for s in group]
+def settings_of(command: str) -> list[Setting[Any]]:
+    return [setting for _title, group in SETTINGS.get(command, ()) for setting in group]
 
 
 def _add_settings(p: argparse.ArgumentParser, command: str) -> None:
@@ -199,21 +119,23 @@ def _add_settings(p: argparse.ArgumentParser, command: str) -> None:
             g.add_argument("--queue", action="append", type=check_queue_arg, metavar="Q",
                            help="drain only this queue (repeatable; default: every queue "
                                 "that has a task) [DRAINER_QUEUES, comma-separated]")
-        for s in group:
-            text = f"{s.help} [{s.env}]"
-            if s.kind is flag:
-                g.add_argument(s.option, action="store_const", const=True, help=text)
+        for setting in group:
+            text = f"{setting.help} [{setting.env}]"
+            if setting.parse is flag:
+                g.add_argument(setting.option, action="store_const", const=True, help=text)
             else:
-                g.add_argument(s.option, type=_checked(s.kind), metavar=s.metavar, help=text)
+                g.add_argument(setting.option, type=_checked(setting.parse),
+                               metavar=setting.metavar, help=text)
 
 
 def resolve(args: argparse.Namespace) -> None:
     """Fill in each setting of the command being run that the command line left out:
     its DRAINER_* variable, else its default. Only this command's variables are read;
     ConfigError names a bad one."""
-    for s in settings_of(args.command):
-        if getattr(args, s.dest) is None:
-            setattr(args, s.dest, from_env(s.env, s.kind, s.default))
+    for setting in settings_of(args.command):
+        setattr(args, setting.dest, setting.resolve(getattr(args, setting.dest)))
+    if DRAIN in SETTINGS.get(args.command, ()):
+        args.queue = s.QUEUES.resolve(args.queue)
 
 
 def check_queue_arg(text: str) -> str:
@@ -367,7 +289,7 @@ def _open(args: argparse.Namespace, *, db: config.Database | None = None, **opti
 
 def _handlers(args: argparse.Namespace) -> tuple[dict, list[str]]:
     try:
-        return select(args.tasks, args.queue or names(os.environ.get("DRAINER_QUEUES", "")))
+        return select(args.tasks, args.queue)
     except ConfigError as exc:
         # The one-line error names the module and the cause; --verbose adds the whole
         # traceback of a failed import, above it.
@@ -399,10 +321,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _options(args: argparse.Namespace, queues: list[str]) -> Options:
-    return Options(queues=queues, batch_size=args.batch_size,
-                   lease=timedelta(seconds=args.lease), concurrency=args.concurrency,
-                   archive_after=timedelta(days=args.archive_after), deadline=_deadline(args),
-                   verbose=args.verbose)
+    return s.Drain.resolve(vars(args)).options(queues, _deadline(args))
 
 
 def _drain_with_progress(args: argparse.Namespace, handlers: dict, options: Options, *,
@@ -435,6 +354,8 @@ def cmd_drain(args: argparse.Namespace) -> None:
 
 
 def cmd_work(args: argparse.Namespace) -> None:
+    from . import worker
+
     handlers, queues = _handlers(args)
     db = config.resolve_database(args.database_url)
     if args.no_prepare and not args.listen_url:
@@ -549,6 +470,8 @@ def cmd_stats(args: argparse.Namespace) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> None:
+    from . import doctor
+
     with _open(args) as conn:
         findings = doctor.diagnose(conn, max_ready_age=args.max_ready_age)
     if args.json:

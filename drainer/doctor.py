@@ -12,12 +12,14 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
 
 import psycopg
 
 from . import sql
 from .queue import claim_sql
 from .run import DEFAULT_LEASE
+from .settings import DEFAULT_MAX_READY_AGE
 
 IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem
 LONG_TRANSACTION = 60.0  # seconds any transaction may stay open
@@ -25,7 +27,6 @@ BUSY = 1.0  # seconds a query may run before it counts as keeping the compute aw
 RECENT = 300.0  # an idle session that queried this recently resets the suspend timer
 DEAD_MIN, DEAD_SHARE = 1000, 0.2  # dead tuples past both (share of live) need vacuum
 PLAN_MIN_ROWS = 1000  # below this a sequential scan is cheap and the planner is right
-DEFAULT_MAX_READY_AGE = 3600.0
 CLAIM_BATCH = 10
 CLAIM_PROBE = {"lease": DEFAULT_LEASE, "now": None}
 
@@ -36,7 +37,20 @@ class Finding:
     severity: str  # "problem" or "note"
     summary: str
     advice: str
-    details: list[dict] = field(default_factory=list)
+    details: list[dict[str, object]] = field(default_factory=list)
+
+
+class Report(TypedDict):
+    """`doctor --json`."""
+
+    problems: int
+    notes: int
+    findings: list[dict[str, object]]  # each Finding, as dataclasses.asdict makes it
+
+
+# A node of an EXPLAIN (FORMAT JSON) plan: the keys `_scans` reads, among many others.
+PlanNode = TypedDict("PlanNode", {"Node Type": str, "Index Name": str, "Relation Name": str,
+                                  "Plans": list["PlanNode"]}, total=False)
 
 
 @dataclass
@@ -50,7 +64,7 @@ class Session:
     transaction_seconds: float | None
     query: str | None
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
@@ -143,7 +157,7 @@ def _block_comment(text: str, i: int) -> tuple[int, int]:
     return len(text), len(text)
 
 
-def _session(row: tuple) -> Session:
+def _session(row: tuple[Any, ...]) -> Session:
     """A session as doctor shows it, with nothing its query's literals hold."""
     session = Session(*row)
     if session.query:
@@ -151,7 +165,8 @@ def _session(row: tuple) -> Session:
     return session
 
 
-def _fetch(conn: psycopg.Connection, name: str, params: dict | None = None) -> list[tuple]:
+def _fetch(conn: psycopg.Connection, name: str, params: sql.Params = None
+           ) -> list[tuple[Any, ...]]:
     return sql.rows(conn, name, params)
 
 
@@ -249,7 +264,7 @@ def _vacuum(conn: psycopg.Connection) -> list[Finding]:
         [{"n_live_tup": live, "n_dead_tup": dead}])]
 
 
-def _scans(plan: dict) -> list[str]:
+def _scans(plan: PlanNode) -> list[str]:
     """Every scan node of an EXPLAIN (FORMAT JSON) plan, as 'Node Type [index] on table'."""
     node = f"{plan.get('Node Type')}"
     if "Index Name" in plan:
@@ -314,7 +329,7 @@ def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_REA
     return sorted(found, key=lambda f: f.severity != "problem")
 
 
-def as_json(findings: list[Finding]) -> dict:
+def as_json(findings: list[Finding]) -> Report:
     problems = sum(f.severity == "problem" for f in findings)
     return {"problems": problems, "notes": len(findings) - problems,
             "findings": [asdict(f) for f in findings]}

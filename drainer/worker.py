@@ -21,12 +21,12 @@ from . import clock, sql
 from .errors import DatabaseUnavailable
 from .progress import totals
 from .run import COUNTS, Options, Summary, drain
+from .settings import DEFAULT_POLL
 from .tasks import Handler
 
 log = logging.getLogger(__name__)
 
 LISTEN_NAME = "drainer-listen"  # application_name of the LISTEN session (see `doctor`)
-DEFAULT_POLL = 60.0
 MIN_WAIT = 0.5  # between drains that find ready work they cannot claim (rows locked elsewhere)
 SLICE = 0.25  # seconds between looks at the stop signal while waiting; sends nothing
 
@@ -102,10 +102,10 @@ class Listener:
         log.info("LISTEN connection back")
         return True
 
-    def _read(self, timeout: float) -> bool:
+    def _read(self, conn: psycopg.Connection, timeout: float) -> bool:
         """Whether a notification for one of our queues arrives within `timeout`."""
         try:
-            payloads = [n.payload for n in self.conn.notifies(timeout=timeout, stop_after=1)]
+            payloads = [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
         except psycopg.Error as exc:
             self._dropped(exc)
             return False
@@ -115,7 +115,7 @@ class Listener:
         """Consume what arrived, without waiting: called between a drain's batches, each
         followed by another claim that sees every job those notifications announced."""
         if self.conn is not None:
-            self._read(0)
+            self._read(self.conn, 0)
 
     def wait(self, seconds: float, stop: threading.Event) -> None:
         """Return when there may be work: a notification for our queues, a reconnect
@@ -123,7 +123,7 @@ class Listener:
         end = clock.monotonic() + seconds
         while not stop.is_set() and (left := end - clock.monotonic()) > 0:
             if self.conn is not None:
-                if self._read(min(SLICE, left)):
+                if self._read(self.conn, min(SLICE, left)):
                     return
             elif clock.monotonic() >= self.retry_at:
                 if self._reconnect():
@@ -146,7 +146,7 @@ def _wait_for(conn: psycopg.Connection, next_due: datetime | None, poll: float) 
     by the database clock, within [MIN_WAIT, poll]; the poll interval when nothing is due."""
     if next_due is None:
         return poll
-    seconds = sql.value(conn, "seconds_until", {"at": next_due})
+    seconds: float = sql.value(conn, "seconds_until", {"at": next_due})
     return min(poll, max(MIN_WAIT, seconds))
 
 

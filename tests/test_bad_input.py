@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import drainer
 from drainer import cli
-from drainer.config import MAX_DAYS, MAX_SECONDS, MIN_LEASE, MIN_MAX_RUNTIME, env_name
+from drainer.settings import MAX_DAYS, MAX_SECONDS, MIN_LEASE, MIN_MAX_RUNTIME, env_name
 from tests.cluster import free_port
 from tests.helpers import ROOT, count, run_cli
 

@@ -8,9 +8,9 @@ import pytest
 
 from drainer import cli
 from drainer.cli import COMMANDS, settings_of
-from drainer.config import MIN_LEASE, MIN_MAX_READY_AGE, MIN_MAX_RUNTIME, MIN_POLL_INTERVAL
 from drainer.db import connect
 from drainer.errors import DatabaseUnavailable, DrainerError
+from drainer.settings import MIN_LEASE, MIN_MAX_READY_AGE, MIN_MAX_RUNTIME, MIN_POLL_INTERVAL
 from tests.cluster import free_port
 from tests.helpers import (
     DATABASE_OPTIONS,

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import clock, config
+from .. import clock, config, settings
 from ..errors import ConfigError, DatabaseUnavailable
 from . import clients
 
-DEFAULT_SECRET_TTL = 300.0  # seconds; a rotated secret is picked up at worst this late
 _TLS_VERIFYING = ("verify-ca", "verify-full")  # stronger than "require": kept as given
 _secrets: dict[str, tuple[float, str]] = {}  # ARN -> (fetched at, conninfo), per process
 
@@ -28,25 +27,24 @@ class Credentials:
     url: str | None = None
     secret_arn: str | None = None
     iam: bool = False
-    secret_ttl: float = DEFAULT_SECRET_TTL
+    secret_ttl: float = settings.DEFAULT_SECRET_TTL
 
     @classmethod
     def from_env(cls) -> "Credentials":
         """The function's configuration, or ConfigError when nothing names a database."""
-        secret_arn = os.environ.get("DRAINER_DATABASE_SECRET_ARN") or None
+        secret_arn = settings.DATABASE_SECRET_ARN.resolve()
         url = None if secret_arn else config.database_url(None)
         if secret_arn is None and url is None:
             raise ConfigError(
                 "no database configured: set DATABASE_URL (or DRAINER_DATABASE_URL) or "
                 "DRAINER_DATABASE_SECRET_ARN in the function's environment")
         return cls(url=url, secret_arn=secret_arn,
-                   iam=bool(config.from_env("DRAINER_DATABASE_IAM_AUTH", config.flag, False)),
-                   secret_ttl=config.from_env("DRAINER_SECRET_TTL", config.nonnegative_seconds,
-                                              DEFAULT_SECRET_TTL))
+                   iam=settings.DATABASE_IAM_AUTH.resolve(),
+                   secret_ttl=settings.SECRET_TTL.resolve())
 
     def conninfo(self) -> str:
         """Parameters for the next connection (a fresh IAM token each time)."""
-        base = self._secret() if self.secret_arn else self.url or ""
+        base = self._secret(self.secret_arn) if self.secret_arn else self.url or ""
         return _with_iam_token(base) if self.iam else base
 
     def forget(self) -> bool:
@@ -54,12 +52,12 @@ class Credentials:
         rotated); True when there was one, so one more try is worth it."""
         return self.secret_arn is not None and _secrets.pop(self.secret_arn, None) is not None
 
-    def _secret(self) -> str:
-        cached = _secrets.get(self.secret_arn)
+    def _secret(self, arn: str) -> str:
+        cached = _secrets.get(arn)
         if cached and clock.monotonic() - cached[0] < self.secret_ttl:
             return cached[1]
-        conninfo = _from_rds_secret(self.secret_arn, _fetch(self.secret_arn))
-        _secrets[self.secret_arn] = (clock.monotonic(), conninfo)
+        conninfo = _from_rds_secret(arn, _fetch(arn))
+        _secrets[arn] = (clock.monotonic(), conninfo)
         return conninfo
 
 
@@ -73,7 +71,8 @@ def _fetch(arn: str) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        return clients.get("secretsmanager").get_secret_value(SecretId=arn)["SecretString"]
+        secret: str = clients.get("secretsmanager").get_secret_value(SecretId=arn)["SecretString"]
+        return secret
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code == "ResourceNotFoundException":

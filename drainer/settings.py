@@ -1,0 +1,260 @@
+"""Every setting drainer reads, in one place: its option, its `DRAINER_*` variable,
+how its text is parsed and checked, and its default.
+
+The command line and the cloud function resolve them the same way: the command
+line's value, else the variable, else the default, each parsed and checked once,
+for the command being run only (a bad variable breaks only what reads it).
+`Drain` is the drain's settings, typed, and the one mapping to `run.Options`.
+"""
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from .errors import ConfigError
+from .run import DEFAULT_ARCHIVE_AFTER as ARCHIVE_AFTER_DELTA
+from .run import DEFAULT_LEASE as LEASE_DELTA
+from .run import Options
+
+T = TypeVar("T")
+
+MAX_INT = 2**63 - 1  # PostgreSQL's bigint: job ids, LIMIT
+# Durations beyond a century are typos, and would overflow timedelta or timestamptz.
+MAX_DAYS = 36_525
+MAX_SECONDS = MAX_DAYS * 86_400
+# The shortest durations that make sense, in seconds; below them a value is a typo,
+# or makes the drain busy with itself.
+MIN_LEASE = 1.0  # a handler's heartbeat runs every lease/3: an UPDATE each time
+MIN_MAX_RUNTIME = 1.0  # the process's start and first connection take most of a second
+MIN_POLL_INTERVAL = 1.0  # each poll is a query, and keeps a compute awake
+MIN_MAX_READY_AGE = 1.0  # ready ages are reported in whole seconds
+
+DEFAULT_LEASE = LEASE_DELTA.total_seconds()
+DEFAULT_ARCHIVE_AFTER = float(ARCHIVE_AFTER_DELTA.days)
+DEFAULT_POLL = 60.0  # seconds between `work`'s fallback polls
+DEFAULT_MAX_READY_AGE = 3600.0  # seconds before `doctor` calls a waiting job a problem
+DEFAULT_STATEMENT_TIMEOUT = 10.0  # seconds, in the cloud function
+DEFAULT_SECRET_TTL = 300.0  # seconds; a rotated secret is picked up at worst this late
+DEFAULT_MAX_DEPTH = 10  # continuations in a row
+BATCH_ALLOWANCE = 5.0  # seconds a batch may overrun the handler-time estimate
+INVOKE_ALLOWANCE = 5.0  # seconds for the continuation call or the schedule (client timeouts)
+
+
+def env_name(option: str) -> str:
+    """`--batch-size` -> `DRAINER_BATCH_SIZE`."""
+    return "DRAINER_" + option.lstrip("-").replace("-", "_").upper()
+
+
+def _number(text: str, kind: Callable[[str], T], what: str) -> T:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not {what}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int, "a whole number")
+    if value < 1:
+        raise ValueError(f"{value} is too small: it must be at least 1")
+    if value > MAX_INT:
+        raise ValueError(f"{value} is too large: it must be at most {MAX_INT}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    if not text.strip().isdigit():
+        raise ValueError(f"{text!r} must be a whole number, 0 or more")
+    return int(text)
+
+
+def seconds_from(minimum: float, *, above: bool = False) -> Callable[[str], float]:
+    """A parser of a duration of at least `minimum` seconds (more than it, if
+    `above`), and at most a century."""
+
+    def parse(text: str) -> float:
+        value = _number(text, float, "a number of seconds")
+        if not (minimum < value if above else minimum <= value) or not value <= MAX_SECONDS:
+            least = (f"above {minimum:g}" if above
+                     else "0 or more" if minimum == 0 else f"at least {minimum:g}")
+            raise ValueError(f"{text!r} must be a number of seconds, {least} "
+                             "(at most a century)")
+        return value
+
+    return parse
+
+
+lease_seconds = seconds_from(MIN_LEASE)
+max_runtime_seconds = seconds_from(MIN_MAX_RUNTIME)
+poll_seconds = seconds_from(MIN_POLL_INTERVAL)
+max_ready_age_seconds = seconds_from(MIN_MAX_READY_AGE)
+nonnegative_seconds = seconds_from(0)
+positive_seconds = seconds_from(0, above=True)
+
+
+def nonnegative_days(text: str) -> float:
+    value = _number(text, float, "a number of days")
+    if not 0 <= value <= MAX_DAYS:
+        raise ValueError(f"{text!r} must be a number of days, 0 or more (at most a century)")
+    return value
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list, blanks dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def flag(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be 1/0, true/false, yes/no or on/off")
+
+
+def text(value: str) -> str:
+    return value
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One setting: `--name` on the command line of the commands that offer it,
+    DRAINER_NAME in the environment, parsed by `parse`, else `default`."""
+
+    name: str
+    parse: Callable[[str], T]
+    default: T
+    help: str = ""  # for --help; the function-only settings are documented in infra/
+    metavar: str | None = None
+
+    @property
+    def option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def env(self) -> str:
+        return env_name(self.name)
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    def resolve(self, given: T | None = None, environ: Mapping[str, str] = os.environ) -> T:
+        """The command line's value if given, else the variable's, else the default;
+        ConfigError naming the variable when its value is refused."""
+        if given is not None:
+            return given
+        raw = environ.get(self.env)
+        if not raw:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{self.env}={raw!r}: {exc}") from exc
+
+
+# The database.
+DATABASE_URL = Setting[str | None](
+    "database-url", text, None, "postgresql:// URL (else DATABASE_URL)", "URL")
+NO_PREPARE = Setting(
+    "no-prepare", flag, False,
+    "for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements and no "
+    "startup options, which they refuse; the statement timeout is then the role's "
+    "(ALTER ROLE ... SET statement_timeout)")
+
+# A drain.
+TASKS = Setting[list[str]](
+    "tasks", names, [], "comma-separated modules that define @task handlers", "MODULES")
+QUEUES = Setting[list[str]]("queues", names, [])  # the command line's is --queue Q, repeated
+BATCH_SIZE = Setting[int | None](
+    "batch-size", positive_int, None,
+    "jobs per claim, pinned (default: adaptive, 10 to start, up to 500)", "N")
+LEASE = Setting(
+    "lease", lease_seconds, DEFAULT_LEASE,
+    "seconds a claim holds a job before a reaper may take it back; extended while a "
+    f"handler runs (at least {MIN_LEASE:g}, default {DEFAULT_LEASE:g})", "SECONDS")
+MAX_RUNTIME = Setting[float | None](
+    "max-runtime", max_runtime_seconds, None,
+    "stop claiming so the run ends within this many seconds of the process's start (as "
+    "the OS counts it: the interpreter's start and the imports included); unstarted "
+    f"claims are given back (at least {MIN_MAX_RUNTIME:g}, default: none)", "SECONDS")
+CONCURRENCY = Setting(
+    "concurrency", positive_int, 1,
+    "handlers this process runs at once, on threads, for I/O-bound jobs (default 1)", "N")
+ARCHIVE_AFTER = Setting(
+    "archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER,
+    f"days after which done jobs leave the jobs table (default {DEFAULT_ARCHIVE_AFTER:g})",
+    "DAYS")
+VERBOSE = Setting(
+    "verbose", flag, False,
+    "under each failed attempt's log line, the handler's traceback (passwords in URLs "
+    "masked; never stored: last_error keeps `Type: message`)")
+
+# `work`, always on.
+LISTEN_URL = Setting[str | None](
+    "listen-url", text, None,
+    "direct postgresql:// URL for LISTEN, never a transaction pooler, which hands the "
+    "session to others (default: the database URL; claims may still go through a pooled "
+    "--database-url)", "URL")
+POLL_INTERVAL = Setting(
+    "poll-interval", poll_seconds, DEFAULT_POLL,
+    "seconds between fallback polls, which find work whose notification was missed (a "
+    f"reconnect, a table without the trigger) (at least {MIN_POLL_INTERVAL:g}, default "
+    f"{DEFAULT_POLL:g}). Every poll is activity: on a scale-to-zero compute an interval "
+    "under the database's suspend timeout (often 5 to 10 minutes) keeps the compute awake "
+    "around the clock, even with an empty queue; there, prefer `drain` on a schedule",
+    "SECONDS")
+
+# `doctor`.
+MAX_READY_AGE = Setting(
+    "max-ready-age", max_ready_age_seconds, DEFAULT_MAX_READY_AGE,
+    "seconds a ready job may wait before it is a problem; set it above the time between "
+    f"scheduled drains (at least {MIN_MAX_READY_AGE:g}, default {DEFAULT_MAX_READY_AGE:g})",
+    "SECONDS")
+
+# The cloud function only, from its environment (infra/README.md says what each does).
+STATEMENT_TIMEOUT = Setting("statement-timeout", positive_seconds, DEFAULT_STATEMENT_TIMEOUT)
+SAFETY_MARGIN = Setting[float | None]("safety-margin", nonnegative_seconds, None)
+MAX_DEPTH = Setting("max-depth", count, DEFAULT_MAX_DEPTH)
+SCHEDULE_GROUP = Setting[str | None]("schedule-group", text, None)
+SCHEDULER_ROLE_ARN = Setting[str | None]("scheduler-role-arn", text, None)
+METRICS_NAMESPACE = Setting("metrics-namespace", text, "drainer")
+DATABASE_SECRET_ARN = Setting[str | None]("database-secret-arn", text, None)
+DATABASE_IAM_AUTH = Setting("database-iam-auth", flag, False)
+SECRET_TTL = Setting("secret-ttl", nonnegative_seconds, DEFAULT_SECRET_TTL)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A drain's settings, however it was started."""
+
+    tasks: list[str] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
+    batch_size: int | None = None
+    lease: float = DEFAULT_LEASE  # seconds
+    concurrency: int = 1
+    archive_after: float = DEFAULT_ARCHIVE_AFTER  # days
+    verbose: bool = False
+
+    @classmethod
+    def resolve(cls, given: Mapping[str, Any] | None = None) -> "Drain":
+        """Each field from `given` (the command line's values, None where absent),
+        else its variable, else its default."""
+        given = given or {}
+        return cls(
+            tasks=TASKS.resolve(given.get("tasks")),
+            queues=QUEUES.resolve(given.get("queues")),
+            batch_size=BATCH_SIZE.resolve(given.get("batch_size")),
+            lease=LEASE.resolve(given.get("lease")),
+            concurrency=CONCURRENCY.resolve(given.get("concurrency")),
+            archive_after=ARCHIVE_AFTER.resolve(given.get("archive_after")),
+            verbose=VERBOSE.resolve(given.get("verbose")))
+
+    def options(self, queues: list[str], deadline: float | None) -> Options:
+        """The drain loop's options, for `queues` and a deadline on `clock.monotonic`."""
+        return Options(queues=queues, batch_size=self.batch_size,
+                       lease=timedelta(seconds=self.lease), concurrency=self.concurrency,
+                       archive_after=timedelta(days=self.archive_after), deadline=deadline,
+                       verbose=self.verbose)
