@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+import psycopg
+
 from . import __version__, clock, config, queue, schema
 from . import settings as s
 from .db import connect
@@ -575,8 +577,22 @@ def cmd_db_stop(_args: argparse.Namespace) -> None:
              "; the drainer commands using it were disconnected" if busy else "")
 
 
+def _elsewhere(url: str | None) -> bool:
+    """Whether `url` names a database other than the embedded server (whose URL
+    names its socket directory, the data directory)."""
+    from . import embedded
+
+    if url is None:
+        return False
+    try:
+        host = psycopg.conninfo.conninfo_to_dict(url).get("host")
+    except psycopg.Error:
+        return True
+    return host is None or os.path.realpath(str(host)) != os.path.realpath(embedded.data_dir())
+
+
 def cmd_db(args: argparse.Namespace) -> None:
-    if config.database_url(None) is not None:  # the user may expect `db` to follow it
+    if _elsewhere(config.database_url(None)):  # the user may expect `db` to follow it
         log.info("note: `db` acts on the embedded PostgreSQL in ./%s/, not on the database "
                  "DATABASE_URL (or DRAINER_DATABASE_URL, PG*) names", config.EMBEDDED_DIR)
     {"url": cmd_db_url, "start": cmd_db_start, "stop": cmd_db_stop}[args.action](args)

@@ -118,6 +118,9 @@ def test_db_url_start_and_stop_serve_an_app(workdir):
     assert drained["done"] == 1
     assert len(postmasters(workdir)) == 1  # a drain leaves a kept server running
 
+    same = cli(workdir, "db", "url", DATABASE_URL=url)  # the app's own variable, exported
+    assert same.stdout.strip() == url and "note" not in same.stderr
+
     stopped = cli(workdir, "db", "stop", DATABASE_URL=ELSEWHERE)
     assert "stopped" in stopped.stderr and postmasters(workdir) == []
     assert "not running" in cli(workdir, "db", "stop").stderr
