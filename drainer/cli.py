@@ -14,10 +14,10 @@ import sys
 import textwrap
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
 import psycopg
 
@@ -28,7 +28,7 @@ from .errors import BadInput, ConfigError, DrainerError, password_of, redact
 from .progress import Progress, closing
 from .run import Options, Summary, drain
 from .settings import Setting, flag, nonnegative_seconds, positive_int
-from .tasks import select
+from .tasks import Handler, select
 
 log = logging.getLogger("drainer")
 
@@ -71,12 +71,12 @@ Run `drainer COMMAND --help` for a command's options."""
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, as argparse does, but briefer
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, as argparse does
         # The message may quote an argument: a URL given where it does not belong.
         self.exit(2, f"drainer: error: {redact(message)} (see --help)\n")
 
 
-def _checked(kind: Callable) -> Callable:
+def _checked(kind: Callable[[str], object]) -> Callable[[str], object]:
     """`kind` with its ValueError message shown by argparse (it hides it otherwise)."""
 
     def parse(text: str) -> object:
@@ -281,7 +281,8 @@ def _argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def _open(args: argparse.Namespace, *, db: config.Database | None = None, **options: object):
+def _open(args: argparse.Namespace, *, db: config.Database | None = None,
+          **options: Any) -> psycopg.Connection:  # options: db.connect's keywords
     db = db or config.resolve_database(getattr(args, "database_url", None))
     conn = connect(db.url, prepare=not getattr(args, "no_prepare", False), **options)
     if db.embedded:
@@ -289,7 +290,7 @@ def _open(args: argparse.Namespace, *, db: config.Database | None = None, **opti
     return conn
 
 
-def _handlers(args: argparse.Namespace) -> tuple[dict, list[str]]:
+def _handlers(args: argparse.Namespace) -> tuple[dict[str, Handler], list[str]]:
     try:
         return select(args.tasks, args.queue)
     except ConfigError as exc:
@@ -326,7 +327,8 @@ def _options(args: argparse.Namespace, queues: list[str]) -> Options:
     return s.Drain.resolve(vars(args)).options(queues, _deadline(args))
 
 
-def _drain_with_progress(args: argparse.Namespace, handlers: dict, options: Options, *,
+def _drain_with_progress(args: argparse.Namespace, handlers: dict[str, Handler],
+                         options: Options, *,
                          db: config.Database | None = None) -> Summary:
     """A drain with progress on stderr, reconnecting if its session drops."""
     db = db or config.resolve_database(args.database_url)
@@ -374,7 +376,7 @@ def cmd_work(args: argparse.Namespace) -> None:
     _emit(summary.as_json())
 
 
-def _emit(data: dict) -> None:
+def _emit(data: Mapping[str, object]) -> None:
     print(json.dumps(data, default=str), flush=True)
 
 
@@ -388,7 +390,7 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     _emit({"version": version, "applied": applied})
 
 
-def _read_lines(stream) -> list[object]:
+def _read_lines(stream: TextIO) -> list[object]:
     """Every stdin line as a payload, or BadInput naming the first bad line.
     Blank lines carry no job and are skipped; line numbers still count them."""
     payloads = []

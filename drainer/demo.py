@@ -9,7 +9,7 @@ import psycopg
 
 from . import queue
 from .run import Options
-from .tasks import task
+from .tasks import Handler, task
 
 
 class FlakyError(Exception):
@@ -38,7 +38,8 @@ def hint(program: str) -> str:
             f"on their second attempt;\nrun `{program} demo` again later to see them move.")
 
 
-def enqueue_samples(conn: psycopg.Connection, rng: random.Random | None = None) -> dict:
+def enqueue_samples(conn: psycopg.Connection, rng: random.Random | None = None
+                    ) -> dict[str, Handler]:
     """A few hundred jobs: fast ones, slow ones, failing ones, and some due later;
     returns the demo's handlers."""
     rng = rng or random.Random(7)

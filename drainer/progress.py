@@ -39,7 +39,7 @@ class Progress:
     def _line(self, summary: Summary) -> str:
         return totals(summary, clock.monotonic() - self.began)
 
-    def update(self, summary) -> None:
+    def update(self, summary: Summary) -> None:
         now = clock.monotonic()
         if self.tty and now - self.shown >= self.REDRAW:
             self.stream.write("\r\x1b[K" + self._line(summary))
@@ -49,7 +49,7 @@ class Progress:
             log.info("%s", self._line(summary))
             self.shown = now
 
-    def finish(self, summary) -> None:
+    def finish(self, summary: Summary) -> None:
         if self.drawn:
             self.stream.write("\r\x1b[K")
         log.info("%s", closing(summary, clock.monotonic() - self.began))

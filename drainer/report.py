@@ -1,12 +1,42 @@
 """`stats`: what is in the queue, how fast it is done, and whether vacuum keeps up."""
 
+from typing import TypedDict
+
 import psycopg
 
 from . import sql
 from .failures import one_line
 
 
-def stats(conn: psycopg.Connection) -> dict:
+class QueueStatus(TypedDict):
+    queue: str
+    status: str
+    jobs: int
+    oldest_ready_seconds: float | None
+    expired_leases: int
+
+
+class TopError(TypedDict):
+    error: str
+    jobs: int
+    latest_id: int
+
+
+class TableHealth(TypedDict):
+    n_live_tup: int | None
+    n_dead_tup: int | None
+    last_autovacuum: str | None
+    last_vacuum: str | None
+
+
+class Stats(TypedDict):
+    queues: list[QueueStatus]
+    done_last_hour: dict[str, int] | None
+    top_errors: dict[str, list[TopError]]
+    table: TableHealth
+
+
+def stats(conn: psycopg.Connection) -> Stats:
     """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
     last hour (None without migration 5's done_at column); each queue's most frequent
     errors; and table health."""
@@ -14,17 +44,17 @@ def stats(conn: psycopg.Connection) -> dict:
     errors = sql.rows(conn, "top_errors", {"top": TOP_ERRORS})
     health = sql.row(conn, "table_health")
     done = dict(sql.rows(conn, "done_last_hour")) if sql.features(conn).done_at else None
-    queues = [
+    queues: list[QueueStatus] = [
         {"queue": q, "status": status, "jobs": jobs,
          "oldest_ready_seconds": None if age is None else round(float(age), 1),
          "expired_leases": expired}
         for q, status, jobs, age, expired in rows
     ]
     live, dead, autovacuum, vacuum = health or (None, None, None, None)
-    table = {"n_live_tup": live, "n_dead_tup": dead,
-             "last_autovacuum": autovacuum.isoformat() if autovacuum else None,
-             "last_vacuum": vacuum.isoformat() if vacuum else None}
-    top: dict[str, list[dict]] = {}
+    table: TableHealth = {"n_live_tup": live, "n_dead_tup": dead,
+                          "last_autovacuum": autovacuum.isoformat() if autovacuum else None,
+                          "last_vacuum": vacuum.isoformat() if vacuum else None}
+    top: dict[str, list[TopError]] = {}
     for q, error, jobs, latest in errors:
         top.setdefault(q, []).append({"error": error, "jobs": jobs, "latest_id": latest})
     return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table}
@@ -39,7 +69,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
-def format_stats(data: dict) -> str:
+def format_stats(data: Stats) -> str:
     """A terminal table of `stats()`."""
     head = ("queue", "status", "jobs", "oldest ready", "expired leases")
     rows = [(r["queue"], r["status"], str(r["jobs"]), _age(r["oldest_ready_seconds"]),
@@ -77,7 +107,7 @@ def _rates(done: dict[str, int] | None) -> list[str]:
     return [f"done in the last hour: {total:,} ({total / 3600:.2f}/s){per_queue}"]
 
 
-def _chart(rows: list[dict]) -> list[str]:
+def _chart(rows: list[QueueStatus]) -> list[str]:
     """Queue depth by status per queue: one bar per status, on one scale."""
     depth = {(r["queue"], r["status"]): r["jobs"] for r in rows if r["status"] in DEPTH}
     if not depth:
@@ -95,7 +125,7 @@ def _chart(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _top_errors(top: dict[str, list[dict]]) -> list[str]:
+def _top_errors(top: dict[str, list[TopError]]) -> list[str]:
     """Each queue's most frequent errors, one line each with how many jobs hold it and
     the newest of them: `retried 14` in a summary says nothing of why; this does."""
     if not top:

@@ -6,6 +6,7 @@ until a client is needed.
 """
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -15,6 +16,8 @@ TIMEOUTS = {"connect_timeout": 2, "read_timeout": 5, "retries": {"max_attempts":
                                                                   "mode": "standard"}}
 
 
+# Any, here only: boto3 ships no type information, and a client's methods depend on
+# the service named at run time (typing them would take a stub package per service).
 @cache
 def get(service: str) -> Any:
     """The process's boto3 client for `service` (region and credentials from the
@@ -34,7 +37,7 @@ def clear() -> None:
     _cached.cache_clear()
 
 
-def invoke_async(function: str, event: dict) -> None:
+def invoke_async(function: str, event: Mapping[str, object]) -> None:
     """Queue `event` for `function` (a name or ARN, alias included) with
     InvocationType="Event": returns once Lambda has accepted it, without waiting
     for the run."""

@@ -12,9 +12,10 @@ the ones drainer sends itself (kicks, continuations, wake-ups).
 - `{"source": "drainer.migrate"}`: run `migrate` (a deploy step, from inside the VPC).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, TypedDict
 
 from ..errors import BadInput
 
@@ -36,31 +37,47 @@ class Trigger:
     queue: str | None = None
 
 
+class KickEvent(TypedDict):
+    source: str
+    queue: str
+
+
+class ContinueEvent(TypedDict):
+    source: str
+    depth: int
+
+
+class WakeEvent(TypedDict):
+    source: str
+    at: str
+
+
 def recognise(event: object) -> Trigger:
     """The trigger `event` stands for, or BadInput saying which shapes are expected."""
-    source = event.get("source") if isinstance(event, dict) else None
-    if source in _SCHEDULED and event.get("detail-type") == "Scheduled Event":
+    fields: Mapping[object, object] = event if isinstance(event, dict) else {}
+    source = fields.get("source")
+    if source in _SCHEDULED and fields.get("detail-type") == "Scheduled Event":
         return Trigger("cron")
-    kind = _KINDS.get(source)
+    kind = _KINDS.get(source) if isinstance(source, str) else None
     if kind is None:
         raise BadInput(f"unrecognised event (source {source!r}); expected source "
                        f"{', '.join(_KINDS)} or an EventBridge Scheduled Event")
     if kind == "continue":
-        depth = event.get("depth")
+        depth = fields.get("depth")
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
             raise BadInput(f"a continuation needs a depth of 1 or more, not {depth!r}")
         return Trigger(kind, depth=depth)
-    queue = event.get("queue")
+    queue = fields.get("queue")
     return Trigger(kind, queue=queue if isinstance(queue, str) else None)
 
 
-def kick(queue: str) -> dict:
+def kick(queue: str) -> KickEvent:
     return {"source": ENQUEUE, "queue": queue}
 
 
-def continuation(depth: int) -> dict:
+def continuation(depth: int) -> ContinueEvent:
     return {"source": CONTINUE, "depth": depth}
 
 
-def wake(at: datetime) -> dict:
+def wake(at: datetime) -> WakeEvent:
     return {"source": WAKE, "at": at.isoformat()}

@@ -18,7 +18,7 @@ every attempt fail, the backstop schedule drains it.
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -41,7 +41,7 @@ class _Coalescer:
         self.last: float | None = None  # when the last kick was sent
         self.timer: threading.Timer | None = None
 
-    def request(self, interval: float, send) -> bool:
+    def request(self, interval: float, send: Callable[[], None]) -> bool:
         """Send now (True), or make sure one send follows the interval (False)."""
         with self.lock:
             now = clock.monotonic()
@@ -56,7 +56,7 @@ class _Coalescer:
         send()
         return True
 
-    def _trailing(self, send) -> None:
+    def _trailing(self, send: Callable[[], None]) -> None:
         with self.lock:
             self.timer, self.last = None, clock.monotonic()
         send()

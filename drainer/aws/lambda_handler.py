@@ -19,7 +19,7 @@ from typing import Any
 from .function import run_lambda
 
 
-def handler(event: Any, context: Any) -> dict:
+def handler(event: Any, context: Any) -> dict[str, object]:
     """One invocation: drain for the trigger `event` stands for within `context`'s
     remaining time, and return the run's summary and what it did next."""
     return run_lambda(event, context)

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from datetime import datetime
+from typing import TextIO
 
 from .. import clock
 from ..run import COUNTS, Summary
@@ -39,7 +40,7 @@ class JsonLines(logging.Formatter):
         return json.dumps(line, default=_text)
 
 
-class _Stdout(logging.StreamHandler):
+class _Stdout(logging.StreamHandler[TextIO]):
     """Writes to whatever sys.stdout is at the time (the runtime, or a test, may swap it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
