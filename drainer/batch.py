@@ -10,6 +10,7 @@ the next one: starting threads for every batch costs more than a batch of fast
 handlers.
 """
 
+import inspect
 import logging
 import threading
 import traceback
@@ -41,6 +42,19 @@ CONFIRM_AFTER = 0.5
 
 def _bounded(text: str) -> str:
     return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
+
+
+def _unawaited(result: object) -> tuple[str, None] | None:
+    """A failure when a handler returned a coroutine or an async generator (an
+    `async def` in some wrapper @task could not see): called on a thread it only
+    created the work, and the job must not be marked done."""
+    if inspect.isawaitable(result) or inspect.isasyncgen(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # no "never awaited" warning: the failure says it instead
+        return ("TypeError: the handler returned an awaitable without running it (an "
+                "`async def`, perhaps wrapped); drainer cannot run async handlers yet"), None
+    return None
 
 
 def describe(exc: BaseException) -> str:
@@ -251,10 +265,10 @@ class Batch:
         if isinstance(job.payload, Undecodable):
             return f"the payload cannot be loaded: {job.payload.reason}", None
         try:
-            self.handlers[job.queue](job)  # the return value is ignored
-            return None
+            result = self.handlers[job.queue](job)  # the return value is ignored...
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
             return describe(exc), trace(exc) if self.tracebacks else None
+        return _unawaited(result)  # ...unless it is work that never ran
 
     def _spawn(self) -> None:
         _THREADS.start(self._work)

@@ -588,7 +588,7 @@ def _elsewhere(url: str | None) -> bool:
         return False
     try:
         host = psycopg.conninfo.conninfo_to_dict(url).get("host")
-    except psycopg.Error:
+    except (psycopg.Error, UnicodeError):  # not a URL libpq can read: not the server's
         return True
     return host is None or os.path.realpath(str(host)) != os.path.realpath(embedded.data_dir())
 

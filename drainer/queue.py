@@ -245,8 +245,8 @@ def extend(
     """Push the leases of running jobs forward; returns the ids still ours."""
     if not jobs:
         return set()
-    params = _guarded(conn, extended=jobs, lease=lease, now=now)
-    return {row[0] for row in sql.rows(conn, "settle", params)}
+    params = {**_pairs(jobs), "lease": lease, "now": now}
+    return {row[0] for row in sql.rows(conn, "extend", params)}
 
 
 def _guarded(
@@ -255,22 +255,19 @@ def _guarded(
     failures: Sequence[tuple[Job, str]] = (),
     done: Sequence[Job] = (),
     released: Sequence[Job] = (),
-    extended: Sequence[Job] = (),
-    lease: timedelta | None = None,
     now: datetime | None = None,
 ) -> dict[str, object] | None:
     """The parameters of `settle`, the one guarded batch write, where each row carries
     its target; None when there is nothing to write. Failures come first: the errors
     array, shorter than the ids, is padded with NULLs for the rows after them (and the
     delays, none yet: the default backoff for all)."""
-    parts = (("retry", [job for job, _ in failures]), ("done", done), ("queued", released),
-             ("running", extended))
+    parts = (("retry", [job for job, _ in failures]), ("done", done), ("queued", released))
     jobs = [job for _, group in parts for job in group]
     if not jobs:
         return None
     return {**_pairs(jobs), "targets": _literal([t for t, group in parts for _ in group]),
             "errors": [storable(error, conn) for _, error in failures] or None,
-            "delays": None, "lease": lease, "now": now}
+            "delays": None, "now": now}
 
 
 class Failure(NamedTuple):

@@ -77,9 +77,9 @@ def seconds_from(minimum: float, *, above: bool = False) -> Callable[[str], floa
     def parse(text: str) -> float:
         value = _number(text, float, "a number of seconds")
         if not (minimum < value if above else minimum <= value) or not value <= MAX_SECONDS:
-            least = (f"above {minimum:g}" if above
-                     else "0 or more" if minimum == 0 else f"at least {minimum:g}")
-            raise ValueError(f"{text!r} must be a number of seconds, {least} "
+            least = (f" above {minimum:g}" if above
+                     else ", 0 or more" if minimum == 0 else f", at least {minimum:g}")
+            raise ValueError(f"{text!r} must be a number of seconds{least} "
                              "(at most a century)")
         return value
 

@@ -4,8 +4,8 @@
 -- so a worker can only change a job it still owns. Times come from now(); durations
 -- arrive as intervals.
 --
--- The batch write (settle: complete, fail, extend, release) finds its rows through the
--- primary key (j.id = ANY(ids)) and compares status with a value that travels with each id
+-- The batch writes (settle: complete, fail, release; extend) find their rows through the
+-- primary key (j.id = ANY(ids)) and compare status with a value that travels with each id
 -- (t.status, filled with 'running') instead of the constant: the statistics seldom see
 -- a running row, so with `j.status = 'running'` the planner expects one row and joins
 -- every running row with every id of the batch, 20 ms instead of 2 for a batch of 500.
@@ -98,12 +98,13 @@ WHERE status = 'running'
 ORDER BY run_at, id;
 
 -- name: settle
--- Every write after the claim, for a whole batch in one statement, guarded: a row
--- changes only while it is still running with the token (id, attempts) this worker
--- claimed it with. Each row carries where it goes: 'done'; 'retry', a failed attempt
--- (queued again after its delay, NULL for the default backoff least(1 hour,
+-- Every change of state after the claim, for a whole batch in one statement, guarded:
+-- a row changes only while it is still running with the token (id, attempts) this
+-- worker claimed it with. Each row carries where it goes: 'done'; 'retry', a failed
+-- attempt (queued again after its delay, NULL for the default backoff least(1 hour,
 -- 10 s * 2^attempts), or failed for good at max_attempts), with its error; 'queued',
--- released unstarted, the attempt given back; 'running', its lease extended. Returns
+-- released unstarted, the attempt given back. (A heartbeat is `extend`: it changes no
+-- state, and sets only locked_until, so a user's UPDATE OF trigger stays quiet.) Returns
 -- the rows still ours, with each retry's new run_at, so the failure's log line says
 -- when it is due (a done row's run_at may be a time Python cannot hold: not read).
 -- The backoff's exponent is capped before the power (2^9 * 10 s is past the hour
@@ -120,8 +121,7 @@ SET status       = CASE WHEN t.target <> 'retry' THEN t.target
                                t.delay, least(interval '1 hour', interval '10 seconds'
                                               * 2 ^ least(greatest(j.attempts, 0), 12)))
                         ELSE j.run_at END,
-    locked_until = CASE WHEN t.target = 'running'
-                        THEN coalesce(%(now)s, now()) + %(lease)s::interval END,
+    locked_until = NULL,
     last_error   = CASE WHEN t.target = 'retry' THEN t.error ELSE j.last_error END
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
             %(errors)s::text[], %(delays)s::interval[],
@@ -130,6 +130,17 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id, t.target, j.status, CASE WHEN t.target = 'retry' THEN j.run_at END;
+
+-- name: extend
+-- Lease heartbeat for jobs still running; returns the ids still ours.
+UPDATE jobs j
+SET locked_until = coalesce(%(now)s, now()) + %(lease)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
+RETURNING j.id;
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
