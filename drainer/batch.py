@@ -5,9 +5,8 @@ the leases alive and watches the deadline, the stop signal and the tasks' timeou
 Daemon threads, because a handler that never returns must not keep the process
 from exiting: its lease runs out and the next run's reaper takes the job back.
 A handler past its task's timeout is failed and its thread written off; a fresh
-thread takes its place, so the batch goes on. Threads outlive their batch and serve
-the next one: starting threads for every batch costs more than a batch of fast
-handlers.
+thread takes its place, so the batch goes on. The threads and the waits come from
+`drainer.clock` (its pool keeps threads for the next batch).
 """
 
 import logging
@@ -17,7 +16,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from queue import SimpleQueue
 
 from . import clock
 from .errors import DrainerError, redact
@@ -92,33 +90,6 @@ class Outcome:
     tracebacks: dict[int, str] = field(default_factory=dict)  # failed job id -> trace()
 
 
-class _Threads:
-    """Daemon threads that wait for work between batches. One stuck in a handler
-    never comes back; a new thread starts whenever none is idle."""
-
-    def __init__(self) -> None:
-        self.work: SimpleQueue[Callable[[], None]] = SimpleQueue()
-        self.idle = 0
-        self.lock = threading.Lock()
-
-    def start(self, fn: Callable[[], None]) -> None:
-        with self.lock:
-            reuse = self.idle > 0
-            self.idle -= reuse
-        if not reuse:
-            threading.Thread(target=self._serve, daemon=True, name="drainer-handler").start()
-        self.work.put(fn)
-
-    def _serve(self) -> None:
-        while True:
-            self.work.get()()
-            with self.lock:
-                self.idle += 1
-
-
-_THREADS = _Threads()
-
-
 class Batch:
     """One batch's handlers; `run()` returns when every handler has finished,
     or when a stop leaves only handlers that outlived the wait bound."""
@@ -162,7 +133,7 @@ class Batch:
         self.timed_out: set[int] = set()
         self.outcome = Outcome()
         self.lock = threading.Lock()
-        self.idle = threading.Event()
+        self.idle = clock.event()
         self.active = self.threads
 
     def _fresh(self) -> bool:
@@ -237,7 +208,7 @@ class Batch:
             return describe(exc), trace(exc) if self.tracebacks else None
 
     def _spawn(self) -> None:
-        _THREADS.start(self._work)
+        clock.spawn(self._work)
 
     def _time_out(self, now: float) -> None:
         """Fail the jobs whose handlers outlived their task's timeout, and hand each

@@ -297,7 +297,7 @@ def settle(
                   "errors": [storable(e, conn) for _, e in failures], "now": now}
         failed = _run(conn, "fail", params) if failures else None
         released = _run(conn, "release", _pairs(unstarted)) if unstarted else None
-        claimed = _claim(conn, *claim_next) if claim_next else None
+        claimed = _claim(conn, *claim_next, now) if claim_next else None
     return Settled(
         done=_ids(done),
         failed=({i: Failure(s, at) for i, s, at in failed.fetchall()}
@@ -312,11 +312,12 @@ def settle_again(
     failures: Sequence[tuple[Job, str]],
     *,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    now: datetime | None = None,
 ) -> Settled:
     """`settle` on a new session after the first one's answer was lost with its
     session: without the release (whose outcome is unknown), and counting as ours the
     completions and failures of the first send that had landed (else reported lost)."""
-    settled = settle(conn, succeeded, failures, (), claim_next=claim_next)
+    settled = settle(conn, succeeded, failures, (), claim_next=claim_next, now=now)
     done = [job for job in succeeded if job.id not in settled.done]
     failed = [(job, error) for job, error in failures if job.id not in settled.failed]
     if done or failed:
