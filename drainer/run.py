@@ -1,8 +1,8 @@
 """The drain: reap, claim batches and run them until nothing is ready, archive, report.
 
 The loop never builds SQL; it calls `drainer.queue`. It decides only how much to
-claim and when to stop, and those decisions live in `Sizer`, so the cloud entry
-points and the simulator use the very same code.
+claim and when to stop, and those decisions live in `Sizer`. The scale-to-zero
+simulator in `bench/` runs this very loop, on virtual time (`drainer.clock`).
 """
 
 import contextlib
