@@ -10,8 +10,10 @@ statements are drainer's own; its session here says what they cost the compute.
 """
 
 from collections.abc import Callable
+from typing import Any, Self
 
 import psycopg
+from psycopg.abc import Params, Query
 
 from drainer import clock
 
@@ -109,7 +111,7 @@ class Session:
 class Cursor(psycopg.Cursor):
     """Every statement drainer sends goes through a cursor's `execute`."""
 
-    def execute(self, query, params=None, **kwargs):  # noqa: ANN001, ANN201 - psycopg's
+    def execute(self, query: Query, params: Params | None = None, **kwargs: Any) -> Self:
         self.connection.session.statement()
         return super().execute(query, params, **kwargs)
 

@@ -63,6 +63,14 @@ class World:
         """A new connection to the compute (a resume first if it is suspended)."""
         return self.database.connect(self.session())
 
+    def connected(self, conn: Connection | None) -> Connection:
+        """`conn`, or a new connection when there is none or the compute dropped it."""
+        if conn is not None and conn.session.live:
+            return conn
+        if conn is not None:
+            conn.close()
+        return self.connect()
+
     def options(self) -> Options:
         return Options(queues=[work.QUEUE], lease=timedelta(seconds=self.model.lease),
                        concurrency=self.model.concurrency)
@@ -110,10 +118,7 @@ class World:
         conn: Connection | None = None
         for at, specs in self.day.enqueues:
             clock.sleep(at - self.kernel.now)
-            if conn is None or not conn.session.live:
-                if conn is not None:
-                    conn.close()
-                conn = self.connect()
+            conn = self.connected(conn)
             with self.strategy.transaction(self, conn):
                 self._enqueue(conn, specs)
 
@@ -163,11 +168,9 @@ class Poll(Strategy):
         world.kernel.spawn(self.worker, world)
 
     def worker(self, world: World) -> None:
-        conn = world.connect()
+        conn = None
         while True:
-            if not conn.session.live:  # the compute dropped it: connect again
-                conn.close()
-                conn = world.connect()
+            conn = world.connected(conn)
             drain(conn, HANDLERS, world.options())
             clock.sleep(self.every)
 
@@ -216,10 +219,7 @@ class Listen(Strategy):
             if not self.listening.live:
                 self.listening.open()
                 self.listening.statement()  # LISTEN
-            if conn is None or not conn.session.live:
-                if conn is not None:
-                    conn.close()
-                conn = world.connect()
+            conn = world.connected(conn)
             self.woken.clear()  # the drain's claims see what was announced until now
             summary = drain(conn, HANDLERS, world.options())
             wait = self.fallback
