@@ -5,9 +5,8 @@ the leases alive and watches the deadline, the stop signal and the tasks' timeou
 Daemon threads, because a handler that never returns must not keep the process
 from exiting: its lease runs out and the next run's reaper takes the job back.
 A handler past its task's timeout is failed and its thread written off; a fresh
-thread takes its place, so the batch goes on. Threads outlive their batch and serve
-the next one: starting threads for every batch costs more than a batch of fast
-handlers.
+thread takes its place, so the batch goes on. The threads and the waits come from
+`drainer.clock` (its pool keeps threads for the next batch).
 """
 
 import inspect
@@ -18,7 +17,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from queue import SimpleQueue
 
 from . import clock
 from .errors import DrainerError, redact
@@ -106,53 +104,6 @@ class Outcome:
     tracebacks: dict[int, str] = field(default_factory=dict)  # failed job id -> trace()
 
 
-class _Threads:
-    """Daemon threads that wait for work between batches. One stuck in a handler
-    never comes back; a new thread starts whenever none is idle."""
-
-    def __init__(self) -> None:
-        self.work: SimpleQueue[Callable[[], None] | None] = SimpleQueue()  # None: end
-        self.idle = 0
-        self.lock = threading.Lock()
-        self.closed = False
-
-    def start(self, fn: Callable[[], None]) -> None:
-        with self.lock:
-            reuse = self.idle > 0
-            self.idle -= reuse
-        if not reuse:
-            threading.Thread(target=self._serve, daemon=True, name="drainer-handler").start()
-        self.work.put(fn)
-
-    def close(self) -> None:
-        """End the idle threads now, and the busy ones when their handler returns."""
-        with self.lock:
-            self.closed, idle, self.idle = True, self.idle, 0
-        for _ in range(idle):
-            self.work.put(None)
-
-    def _serve(self) -> None:
-        while (fn := self.work.get()) is not None:
-            fn()
-            with self.lock:
-                if self.closed:
-                    return
-                self.idle += 1
-
-
-_THREADS = _Threads()
-
-
-def end_threads() -> None:
-    """End the handler threads kept for later batches (a thread still in a handler
-    ends when it returns); the next batch starts new ones. For tests: none starts
-    with the threads an earlier one left, written-off handlers' included (see
-    drainer.testing.reset)."""
-    global _THREADS
-    old, _THREADS = _THREADS, _Threads()
-    old.close()
-
-
 class Batch:
     """One batch's handlers; `run()` returns when every handler has finished,
     or when a stop leaves only handlers that outlived the wait bound."""
@@ -196,7 +147,7 @@ class Batch:
         self.timed_out: set[int] = set()
         self.outcome = Outcome()
         self.lock = threading.Lock()
-        self.idle = threading.Event()
+        self.idle = clock.event()
         self.active = self.threads
 
     def _fresh(self) -> bool:
@@ -271,7 +222,7 @@ class Batch:
         return _unawaited(result)  # ...unless it is work that never ran
 
     def _spawn(self) -> None:
-        _THREADS.start(self._work)
+        clock.spawn(self._work)
 
     def _time_out(self, now: float) -> None:
         """Fail the jobs whose handlers outlived their task's timeout, and hand each

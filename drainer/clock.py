@@ -1,11 +1,19 @@
-"""The one seam for Python-side time (deadlines, heartbeats, rates).
+"""The one seam for Python-side time and threads (deadlines, heartbeats, rates, the
+waits between them, handler threads, delayed calls).
 
-Job times never come from here: the database clock decides leases, run_at and
-backoff. Functions look `time` up at call time so freezegun can drive them.
+Job times never come from here: statements pass `database_now()`, None, and the
+database clock decides leases, run_at and backoff. Functions look `time` up at call
+time so freezegun can drive them; callers look the functions up here at call time
+(`clock.sleep(...)`), so a simulation can put virtual time and threads in their
+place (bench/simulator) without a cost to the code that ships.
 """
 
 import os
+import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
+from queue import SimpleQueue
 
 PROC_STAT = "/proc/self/stat"
 PROC_UPTIME = "/proc/uptime"
@@ -25,6 +33,79 @@ def wall() -> float:
     """Seconds since the epoch, for log and metric timestamps and for timing the cloud
     run's own wake-ups; never for a job's times."""
     return time.time()
+
+
+def database_now() -> datetime | None:
+    """The `now` drainer's statements pass: None, so the database's clock decides."""
+    return None
+
+
+def event() -> threading.Event:
+    """An event to wait for with a timeout (a batch's end, between heartbeats)."""
+    return threading.Event()
+
+
+def later(seconds: float, fn: Callable[..., None], *args: object) -> threading.Timer:
+    """`fn(*args)` on a daemon thread in `seconds`, unless cancelled before then; a
+    process that exits meanwhile drops it."""
+    timer = threading.Timer(seconds, fn, args)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def spawn(fn: Callable[[], None]) -> None:
+    """`fn()` on a daemon thread of the handler pool."""
+    _THREADS.start(fn)
+
+
+class _Threads:
+    """Daemon threads that wait for work between batches. One stuck in a handler
+    never comes back; a new thread starts whenever none is idle. Threads outlive
+    their batch and serve the next one: starting threads for every batch costs
+    more than a batch of fast handlers."""
+
+    def __init__(self) -> None:
+        self.work: SimpleQueue[Callable[[], None] | None] = SimpleQueue()  # None: end
+        self.idle = 0
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def start(self, fn: Callable[[], None]) -> None:
+        with self.lock:
+            reuse = self.idle > 0
+            self.idle -= reuse
+        if not reuse:
+            threading.Thread(target=self._serve, daemon=True, name="drainer-handler").start()
+        self.work.put(fn)
+
+    def close(self) -> None:
+        """End the idle threads now, and the busy ones when their handler returns."""
+        with self.lock:
+            self.closed, idle, self.idle = True, self.idle, 0
+        for _ in range(idle):
+            self.work.put(None)
+
+    def _serve(self) -> None:
+        while (fn := self.work.get()) is not None:
+            fn()
+            with self.lock:
+                if self.closed:
+                    return
+                self.idle += 1
+
+
+_THREADS = _Threads()
+
+
+def end_threads() -> None:
+    """End the handler threads kept for later batches (a thread still in a handler
+    ends when it returns); the next batch starts new ones. For tests: none starts
+    with the threads an earlier one left, written-off handlers' included (see
+    drainer.testing.reset)."""
+    global _THREADS
+    old, _THREADS = _THREADS, _Threads()
+    old.close()
 
 
 def process_start() -> float:

@@ -319,7 +319,7 @@ def settle(
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
     with sql.pipeline(conn):
         written = sql.run(conn, "settle", params) if params else None
-        claimed = _claim(conn, *claim_next) if claim_next else None
+        claimed = _claim(conn, *claim_next, now) if claim_next else None
     return _settled(written.fetchall() if written is not None else (),
                     [Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
@@ -330,11 +330,12 @@ def settle_again(
     failures: Sequence[tuple[Job, str]],
     *,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    now: datetime | None = None,
 ) -> Settled:
     """`settle` on a new session after the first one's answer was lost with its
     session: without the release (whose outcome is unknown), and counting as ours the
     completions and failures of the first send that had landed (else reported lost)."""
-    settled = settle(conn, succeeded, failures, (), claim_next=claim_next)
+    settled = settle(conn, succeeded, failures, (), claim_next=claim_next, now=now)
     done = [job for job in succeeded if job.id not in settled.done]
     failed = [(job, error) for job, error in failures if job.id not in settled.failed]
     if done or failed:

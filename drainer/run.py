@@ -1,8 +1,8 @@
 """The drain: reap, claim batches and run them until nothing is ready, archive, report.
 
 The loop never builds SQL; it calls `drainer.queue`. It decides only how much to
-claim and when to stop, and those decisions live in `Sizer`, so the cloud entry
-points and the simulator use the very same code.
+claim and when to stop, and those decisions live in `Sizer`. The scale-to-zero
+simulator in `bench/` runs this very loop, on virtual time (`drainer.clock`).
 """
 
 import contextlib
@@ -233,7 +233,7 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
            summary: Summary, on_batch: Callable[[Summary], None] | None,
            on_claim: Callable[[], None] | None) -> None:
     """The drain's steps, counted into `summary` as they happen."""
-    summary.reaped, has_archive = link.send(queue.start)
+    summary.reaped, has_archive = link.send(lambda c: queue.start(c, now=clock.database_now()))
     sizer = Sizer(options.batch_size, options.concurrency)
 
     def remaining() -> float | None:
@@ -252,14 +252,16 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
 
     size, summary.stopped = next_size()
     sent = clock.monotonic()
-    jobs = link.send(lambda c: queue.claim(c, options.queues, size, options.lease)) if size else []
+    jobs = link.send(lambda c: queue.claim(c, options.queues, size, options.lease,
+                                           now=clock.database_now())) if size else []
     if jobs and on_claim:
         on_claim()
     while jobs:
         batch_began = clock.monotonic()
         outcome = Batch(
             jobs, handlers, concurrency=options.concurrency, lease=options.lease,
-            extend=lambda js: link.send(lambda c: queue.extend(c, js, options.lease)),
+            extend=lambda js: link.send(
+                lambda c: queue.extend(c, js, options.lease, now=clock.database_now())),
             may_start=may_start, stop=stop, confirmed=sent,
             took=lambda job, seconds: sizer.took(job.queue, seconds),
             tracebacks=options.verbose,
@@ -278,9 +280,9 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
             on_batch(summary)
         jobs = settled.claimed
 
-    summary.archived = link.send(
-        lambda c: queue.archive(c, options.archive_after, to_table=has_archive))
-    due = link.send(lambda c: queue.due(c, options.queues))
+    summary.archived = link.send(lambda c: queue.archive(
+        c, options.archive_after, to_table=has_archive, now=clock.database_now()))
+    due = link.send(lambda c: queue.due(c, options.queues, now=clock.database_now()))
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
         due.next_due, due.run_at, due.lease_end, due.now)
 
@@ -293,9 +295,9 @@ def _settle(link: Link, outcome: Outcome,
     another worker may hold those jobs now. They are left to their lease."""
     return link.send(
         lambda c: queue.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
-                               claim_next=claim_next),
+                               claim_next=claim_next, now=clock.database_now()),
         lambda c: queue.settle_again(c, outcome.succeeded, outcome.failed,
-                                     claim_next=claim_next))
+                                     claim_next=claim_next, now=clock.database_now()))
 
 
 def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:

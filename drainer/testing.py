@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import batch, tasks
+from . import clock, tasks
 
 
 def reset() -> None:
@@ -41,7 +41,7 @@ def reset() -> None:
         from .aws import logs
 
         logs.teardown()
-    batch.end_threads()
+    clock.end_threads()
 
 
 @contextmanager

@@ -1,20 +1,22 @@
 """The scale-to-zero simulator (bench/simulate.py) on tiny days: properties of the
-model that a regression would break, and its backoff against the database's."""
+model that a regression would break, and proof that it runs drainer's own code."""
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-import drainer
 from bench.simulate import main
+from bench.simulator.database import Database
 from bench.simulator.day import parse
-from bench.simulator.engine import Flag, Sim, Wait
+from bench.simulator.kernel import Kernel
 from bench.simulator.metrics import ideal, percentile, replay
 from bench.simulator.strategies import BACKSTOP_MINUTES, Cron, Listen, Ours, Poll, strategies
-from bench.simulator.table import backoff
-from drainer import queue
+from drainer import clock
+from drainer.aws import function
+from drainer.run import Sizer
+from drainer.wake import Next
 from tests.helpers import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,19 +29,26 @@ BURST = {  # one burst, shorter than an hour so no backstop tick falls in it
 }
 
 
-def test_polling_every_second_keeps_the_compute_awake_all_day():
-    result = replay(parse(QUIET), TIMEOUT, Poll(1))
-    assert result.awake_hours == pytest.approx(3)
+@pytest.fixture
+def database(db_url):
+    db = Database(db_url)
+    yield db
+    db.close()
+
+
+def test_polling_every_second_keeps_the_compute_awake_all_day(database):
+    result = replay(parse({"hours": 1}), TIMEOUT, Poll(1), database)
+    assert result.awake_hours == pytest.approx(1)
     assert result.resumes == 1
 
 
-def test_a_quiet_day_costs_ours_nothing_but_its_backstop():
+def test_a_quiet_day_costs_ours_nothing_but_its_backstop(database):
     day = parse(QUIET)
-    assert replay(day, TIMEOUT, Ours(backstop=None)).awake_hours == 0
-    result = replay(day, TIMEOUT, Ours(backstop=60))  # backstop ticks at 1 h and 2 h
+    assert replay(day, TIMEOUT, Ours(backstop=None), database).awake_hours == 0
+    result = replay(day, TIMEOUT, Ours(backstop=60), database)  # ticks at 1 h and 2 h
     assert result.resumes == result.invocations == 2
-    # each tick: resume + connect + 4 statements, then the suspend timeout
-    assert result.awake_hours * 3600 == pytest.approx(2 * (60 * TIMEOUT + 1.04), abs=0.1)
+    # each tick: resume + connect (statements take no time), then the suspend timeout
+    assert result.awake_hours * 3600 == pytest.approx(2 * (60 * TIMEOUT + 1.03), abs=0.01)
 
 
 def test_ours_backstop_is_the_template_s_default():
@@ -48,82 +57,102 @@ def test_ours_backstop_is_the_template_s_default():
                      template)[1] == f"{BACKSTOP_MINUTES / 60:g}"
 
 
-def test_a_cron_drain_resumes_the_compute_on_every_tick_of_a_quiet_day():
-    result = replay(parse(QUIET), TIMEOUT, Cron(15 * 60))
+def test_a_cron_drain_resumes_the_compute_on_every_tick_of_a_quiet_day(database):
+    result = replay(parse(QUIET), TIMEOUT, Cron(15 * 60), database)
     assert result.resumes == result.invocations == 12
 
 
-def test_a_listen_worker_reconnects_after_a_suspension_and_so_wakes_it_again():
-    result = replay(parse(QUIET), TIMEOUT, Listen(fallback=3600))
+def test_a_listen_worker_reconnects_after_a_suspension_and_so_wakes_it_again(database):
+    result = replay(parse(QUIET), TIMEOUT, Listen(fallback=3600), database)
     assert result.awake_hours > 0.99 * 3  # asleep only for its first reconnect backoff
     assert result.resumes == pytest.approx(3 * 60 / TIMEOUT, abs=1)
 
 
-def test_ours_starts_a_burst_s_jobs_within_a_resume_and_retries_on_the_minute():
+def test_ours_starts_a_burst_s_jobs_within_a_resume_and_retries_on_the_minute(database):
     day = parse(BURST)
-    result = replay(day, TIMEOUT, Ours())
+    result = replay(day, TIMEOUT, Ours(), database)
     assert result.unfinished == 0
     assert percentile(result.latency, 0.99) < day.model.resume + 2
     assert min(result.lateness) >= 0  # no retry starts before it is due
     assert max(result.lateness) < 60 + day.model.resume + 1  # a wake-up is on the minute
 
 
-def test_ours_on_a_burst_is_awake_within_10_percent_of_the_ideal():
+def test_ours_on_a_burst_is_awake_within_10_percent_of_the_ideal(database):
     # A run that ends while another holds a lease arms a lease wake-up; the holder,
     # finishing, deletes it, so it does not resume the suspended compute for nothing.
     day = parse(BURST)
-    awake, bursts = ideal(day, TIMEOUT)
+    awake, bursts = ideal(day, TIMEOUT, database.backoff)
     assert bursts == 1
-    assert replay(day, TIMEOUT, Ours()).awake_hours <= 1.1 * awake
+    assert replay(day, TIMEOUT, Ours(), database).awake_hours <= 1.1 * awake
 
 
-def test_concurrent_runs_of_ours_do_not_all_wait_for_the_same_retry():
+def test_concurrent_runs_of_ours_do_not_all_wait_for_the_same_retry(database):
     # A run waits in-process only after a drain that claimed something; one that lost
     # the race arms the (shared) wake-up. Waiting after every drain, runs averaged
     # 2.5 min each on this burst.
-    result = replay(parse(BURST), TIMEOUT, Ours())
+    result = replay(parse(BURST), TIMEOUT, Ours(), database)
     assert result.worker_hours * 3600 < 30 * result.invocations
 
 
 @pytest.mark.parametrize("strategy", strategies(), ids=lambda s: s.name)
-def test_every_strategy_finishes_the_day_s_jobs_none_early(strategy):
-    day = parse({**BURST, "hours": 6})  # long enough for hourly cron to run the retries
-    result = replay(day, TIMEOUT, strategy)
+def test_every_strategy_finishes_the_day_s_jobs_none_early(strategy, database):
+    # Long enough for the retries: a slow cron runs one attempt per tick.
+    day = parse({**BURST, "hours": 6 if isinstance(strategy, Cron) else 1})
+    result = replay(day, TIMEOUT, strategy, database)
     assert result.unfinished == 0
     assert len(result.latency) == len(day.specs)
-    assert min(result.latency) > 0 and min(result.lateness) >= 0
+    # Statements take no virtual time: a LISTEN worker claims at its notification's instant.
+    assert min(result.latency) >= 0 and min(result.lateness) >= 0
 
 
-def test_a_latching_flag_set_after_a_timed_out_wait_is_kept():
-    sim, flag, seen = Sim(), Flag(latching=True), []
+def test_the_replay_runs_the_function_s_own_decisions(database, monkeypatch):
+    # The function stops after every drain: no wake-up for the last retries.
+    day = parse(BURST)
+    assert replay(day, TIMEOUT, Ours(backstop=None), database).unfinished == 0
+    monkeypatch.setattr(function, "after_run", lambda summary, **_: Next("none"))
+    assert replay(day, TIMEOUT, Ours(backstop=None), database).unfinished > 0
+
+
+def test_the_replay_runs_drainer_s_own_drain(database, monkeypatch):
+    # A drain that may claim nothing leaves every job of the day queued.
+    day = parse(BURST)
+    monkeypatch.setattr(Sizer, "fits", lambda self, remaining: 0)
+    for strategy in (Cron(900), Ours()):
+        assert replay(day, TIMEOUT, strategy, database).unfinished == len(day.specs)
+
+
+def test_the_ideal_s_retries_follow_the_database_s_backoff(database):
+    assert database.backoff[:5] == [20, 40, 80, 160, 320]
+    assert database.backoff[-1] == 3600
+
+
+def test_virtual_time_moves_only_when_every_thread_waits():
+    kernel, seen = Kernel(datetime(2026, 3, 3, tzinfo=UTC)), []
+
+    def sleeper(name, seconds):
+        clock.sleep(seconds)
+        seen.append((name, clock.monotonic()))
 
     def waiter():
-        seen.append((yield Wait((flag,), 1)))  # times out: None
-        yield 1  # flag set meanwhile, nobody waiting
-        seen.append((yield Wait((flag,), 10)))
+        event = clock.event()
+        kernel.call_at(2.5, event.set)
+        seen.append(("timed out", event.wait(1), clock.monotonic()))
+        seen.append(("set", event.wait(10), clock.monotonic()))
 
-    sim.spawn(waiter())
-    sim.call_at(1.5, flag.set)
-    sim.run(20)
-    assert seen == [None, flag]
-
-
-def test_the_simulated_backoff_is_the_database_s(conn):
-    drainer.enqueue(conn, "default", {}, max_attempts=12)
-    moment = datetime(2100, 1, 1, tzinfo=UTC)  # past the real clock: always ready
-    for attempts in range(1, 12):
-        [job] = queue.claim(conn, ["default"], 1, timedelta(minutes=5), now=moment)
-        assert job.attempts == attempts
-        queue.fail(conn, [(job, "boom")], now=moment)
-        due = conn.execute("SELECT run_at FROM jobs").fetchone()[0]
-        assert (due - moment).total_seconds() == backoff(attempts)
-        moment = due
+    with kernel.installed():
+        kernel.spawn(sleeper, "b", 2)
+        kernel.spawn(sleeper, "a", 1)
+        kernel.spawn(waiter)
+        kernel.run(20)
+        kernel.stop()
+    assert seen == [("a", 1), ("timed out", False, 1), ("b", 2), ("set", True, 2.5)]
 
 
-def test_the_command_prints_a_table_per_timeout(capsys, tmp_path):
+def test_the_command_prints_a_table_per_timeout(capsys, tmp_path, db_url):
     day = tmp_path / "day.json"
     day.write_text('{"hours": 1, "bursts": [{"at": "00:10", "minutes": 1, "jobs": 5}]}')
-    assert main(["--day", str(day), "--timeout", "5", "--no-chart"]) == 0
+    assert main(["--day", str(day), "--timeout", "5", "--no-chart",
+                 "--database-url", db_url]) == 0
     out = capsys.readouterr().out
     assert "Suspend timeout 5 min; ideal" in out
     assert out.count("\n| ") == 2 + len(strategies())  # header, ideal, one row each
@@ -136,7 +165,7 @@ def test_a_day_file_that_is_not_json_is_one_line_and_exit_2(capsys, tmp_path):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_the_chart_is_a_png_with_a_panel_per_timeout(tmp_path):
+def test_the_chart_is_a_png_with_a_panel_per_timeout(tmp_path, db_url):
     try:
         import matplotlib  # noqa: F401 - the `bench` extra, part of `dev`
     except ImportError:
@@ -144,7 +173,7 @@ def test_the_chart_is_a_png_with_a_panel_per_timeout(tmp_path):
     day, png = tmp_path / "day.json", tmp_path / "chart.png"
     day.write_text('{"hours": 1, "bursts": [{"at": "00:10", "minutes": 1, "jobs": 5}]}')
     assert main(["--day", str(day), "--timeout", "5", "--timeout", "10",
-                 "--chart", str(png)]) == 0
+                 "--chart", str(png), "--database-url", db_url]) == 0
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width = int.from_bytes(header[16:20], "big")

@@ -1,7 +1,10 @@
-"""A discrete-event model of a day of jobs against a scale-to-zero database compute.
+"""A day of jobs against a scale-to-zero database compute, drained by drainer's own
+code on a real PostgreSQL, on virtual time.
 
-`python -m bench.simulate` runs it. The pieces: `engine` (time and processes),
-`compute` (when the compute is awake), `table` (the jobs table's semantics),
-`day` (the workload file), `strategies` (ways of waiting for work, ours driven by
-`drainer.wake` and `drainer.run.Sizer`), `metrics` (what a run of the day cost).
+`python -m bench.simulate` runs it. The pieces: `kernel` (virtual time for real
+threads, behind `drainer.clock`), `compute` (when the compute is awake, and what
+each connection's statements cost it), `database` (the PostgreSQL the replays
+drain), `aws` (Lambda and Scheduler), `work` (the jobs' task module), `day` (the
+workload file), `strategies` (ways of waiting for work), `metrics` (what a replay
+of the day cost, and the ideal).
 """

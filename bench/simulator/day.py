@@ -17,9 +17,20 @@ from drainer.aws.kick import DEFAULT_INTERVAL
 from drainer.aws.settings import Settings
 from drainer.settings import DEFAULT_MAX_DEPTH
 
-from .table import Spec
-
 DEFAULT = Path(__file__).resolve().parent.parent / "day.json"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A job the day will enqueue: when, due when (scheduled ahead), how long its
+    handler runs and how many of its attempts fail."""
+
+    id: int
+    enqueue_at: float
+    run_at: float | None
+    duration: float
+    failures: int
+    max_attempts: int
 
 
 @dataclass(frozen=True)
@@ -29,7 +40,6 @@ class Model:
     suspend_timeouts_minutes: tuple[float, ...] = (5, 10)
     resume: float = 1.0  # a suspended compute's resume, paid by the connection that wakes it
     connect: float = 0.03  # TCP + TLS + authentication
-    statement: float = 0.002  # one short statement, round trip included
     lease: float = 300.0
     concurrency: int = 1  # handler threads per drain or worker
     invoke: float = 0.3  # from an asynchronous Lambda invoke to the handler running

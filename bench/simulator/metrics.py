@@ -3,9 +3,9 @@
 import math
 from dataclasses import dataclass
 
+from .database import Database
 from .day import Day
 from .strategies import Strategy, World
-from .table import backoff
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,7 @@ class Result:
     timeout_minutes: float
     awake_hours: float
     resumes: int
+    suspensions: int
     invocations: int | None  # None: an always-on worker, never invoked
     worker_hours: float  # a drainer process or function running
     latency: list[float]  # first attempts of jobs ready at enqueue: start - commit
@@ -21,32 +22,34 @@ class Result:
     unfinished: int  # jobs neither done nor failed for good when the day ends
 
 
-def replay(day: Day, timeout_minutes: float, strategy: Strategy) -> Result:
-    world = World(day, timeout_minutes, strategy)
+def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Database
+           ) -> Result:
+    world = World(day, timeout_minutes, strategy, database)
     world.run()
     latency, lateness = [], []
-    for row in world.table.rows.values():
-        for attempt, (due, started) in enumerate(row.starts):
-            first_and_ready = attempt == 0 and row.spec.run_at is None
+    for spec_id, starts in world.starts.items():
+        for attempt, (due, started) in enumerate(starts):
+            first_and_ready = attempt == 0 and world.specs[spec_id].run_at is None
             (latency if first_and_ready else lateness).append(started - due)
     return Result(
         strategy=strategy.name,
         timeout_minutes=timeout_minutes,
         awake_hours=world.compute.awake_until(day.seconds) / 3600,
         resumes=world.compute.resumes,
+        suspensions=world.compute.epoch,
         invocations=None if strategy.always_on else world.invocations,
         worker_hours=world.worker_seconds / 3600,
         latency=latency,
         lateness=lateness,
-        unfinished=len(day.specs) - sum(r.status in ("done", "failed")
-                                        for r in world.table.rows.values()),
+        unfinished=database.unfinished(),
     )
 
 
-def ideal(day: Day, timeout_minutes: float) -> tuple[float, int]:
+def ideal(day: Day, timeout_minutes: float, backoff: list[float]) -> tuple[float, int]:
     """(awake hours, bursts) of a compute awake exactly while work runs, every attempt
-    starting when it is due, plus one suspend timeout after each burst (a run of work
-    with no gap as long as the timeout)."""
+    starting when it is due (`backoff`: the database's, `Database.backoff`), plus one
+    suspend timeout after each burst (a run of work with no gap as long as the
+    timeout)."""
     timeout = 60 * timeout_minutes
     spans = []
     for spec in day.specs:
@@ -56,7 +59,7 @@ def ideal(day: Day, timeout_minutes: float) -> tuple[float, int]:
             spans.append((ready, ready + spec.duration))
             if attempt > spec.failures:
                 break
-            ready += spec.duration + backoff(attempt)
+            ready += spec.duration + backoff[min(attempt, len(backoff)) - 1]
     groups: list[list[float]] = []
     for begin, finish in sorted(spans):
         if groups and begin < groups[-1][1] + timeout:  # still awake from the last work

@@ -48,9 +48,7 @@ class _Coalescer:
             wait = 0.0 if self.last is None else self.last + interval - now
             if wait > 0:
                 if self.timer is None:
-                    self.timer = threading.Timer(wait, self._trailing, (send,))
-                    self.timer.daemon = True
-                    self.timer.start()
+                    self.timer = clock.later(wait, self._trailing, send)
                 return False
             self.last = now
         send()
@@ -105,9 +103,8 @@ class Kicker:
                 return
             delay = RETRY_DELAYS[attempt]
             log.warning("%s; sending it again in %g s", failure, delay)
-            retry = threading.Timer(delay, self._send, (queue, attempt + 1))
-            retry.daemon = True  # a producer that exits leaves it to the backstop
-            retry.start()
+            # A producer that exits meanwhile leaves it to the backstop.
+            clock.later(delay, self._send, queue, attempt + 1)
 
     @contextmanager
     def transaction(self, conn: psycopg.Connection, queue: str) -> Iterator[None]:

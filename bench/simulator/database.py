@@ -1,0 +1,85 @@
+"""The PostgreSQL the replays drain: drainer's schema and statements, each replay
+on an emptied table, its `now` the virtual clock's.
+
+An observer connection, which the compute model does not see, reads what the
+metrics need: a claimed job's run_at, what is left at the day's end, and the
+backoff the fail statement gives.
+"""
+
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+
+import psycopg
+
+from drainer import queue
+from drainer.schema import migrate
+
+from .compute import Connection, Cursor, Session
+
+PROBE = "simulator-probe"
+
+
+class Database:
+    """A migrated database; `reset()` empties its jobs for the next replay."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.observer = psycopg.connect(url, autocommit=True)
+        migrate(self.observer)
+        self.connections: list[Connection] = []  # every one made
+        self.idle: list[Connection] = []
+
+    def connect(self, session: Session) -> Connection:
+        """A connection for `session`, once it has connected on virtual time."""
+        session.open()
+        conn = self.idle.pop() if self.idle else self._new()
+        conn.session = session
+        return conn
+
+    def _new(self) -> Connection:
+        conn = Connection.connect(self.url, autocommit=True, cursor_factory=Cursor,
+                                  prepare_threshold=0)
+        conn.pool = self.idle
+        self.connections.append(conn)
+        return conn
+
+    def reset(self) -> None:
+        """An empty table, and every connection idle (a replay ends with some open)."""
+        for conn in self.connections:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()
+            conn.session = None
+        self.idle[:] = self.connections
+        self.observer.execute("TRUNCATE jobs, jobs_archive RESTART IDENTITY")
+
+    def run_at(self, job_id: int) -> datetime:
+        return self.observer.execute("SELECT run_at FROM jobs WHERE id = %s",
+                                     (job_id,)).fetchone()[0]
+
+    def unfinished(self) -> int:
+        """Jobs neither done nor failed for good."""
+        return self.observer.execute(
+            "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')").fetchone()[0]
+
+    @cached_property
+    def backoff(self) -> list[float]:
+        """Seconds from a failure to its retry, by attempt (index 0: the first attempt),
+        as the fail statement computes them: a probe job failed again and again in a
+        transaction that is rolled back."""
+        lease, moment = timedelta(minutes=5), datetime(2100, 1, 1, tzinfo=UTC)
+        delays = []
+        with psycopg.connect(self.url) as conn, conn.transaction(force_rollback=True):
+            queue.enqueue(conn, PROBE, {}, max_attempts=100, now=moment)
+            for _ in range(12):  # past the cap
+                [job] = queue.claim(conn, [PROBE], 1, lease, now=moment)
+                queue.fail(conn, [(job, "probe")], now=moment)
+                due = conn.execute("SELECT run_at FROM jobs WHERE queue = %s",
+                                   (PROBE,)).fetchone()[0]
+                delays.append((due - moment).total_seconds())
+                moment = due
+        return delays
+
+    def close(self) -> None:
+        for conn in self.connections:
+            conn.discard()
+        self.observer.close()
