@@ -56,7 +56,7 @@ class Summary:
         own: the totals of a run made of several drains."""
         return replace(later, **{n: getattr(self, n) + getattr(later, n) for n in COUNTS})
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, object]:
         data = asdict(self)
         del data["next_run_at"], data["next_lease_end"], data["ended_at"]
         data["seconds"] = round(self.seconds, 3)

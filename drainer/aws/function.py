@@ -27,7 +27,7 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 
-def run_lambda(event: Any, context: Any) -> dict:
+def run_lambda(event: Any, context: Any) -> dict[str, object]:
     """One invocation, configured by the environment; returns the run's summary and
     what it did next. A user-fixable error is logged as one JSON line and raised
     without its chain, so the invocation shows as failed."""
@@ -59,7 +59,7 @@ def _connect(settings: Settings, **options: Any) -> psycopg.Connection:
         return attempt()
 
 
-def _migrate(settings: Settings) -> dict:
+def _migrate(settings: Settings) -> dict[str, object]:
     # Building an index on a big hand-made table may take longer than a drain's timeout.
     with _connect(settings, statement_timeout=None) as conn:
         applied = schema.migrate(conn)
@@ -71,7 +71,7 @@ def _migrate(settings: Settings) -> dict:
 
 def _deadline(context: Any, margin: float) -> float:
     """When to stop claiming, on the clock seam's monotonic scale."""
-    left = context.get_remaining_time_in_millis() / 1000
+    left: float = context.get_remaining_time_in_millis() / 1000
     if left <= margin:
         raise ConfigError(f"the function starts with {left:.0f} s left, no more than its "
                           f"safety margin of {margin:.0f} s: raise the function's timeout or "
@@ -79,7 +79,7 @@ def _deadline(context: Any, margin: float) -> float:
     return clock.monotonic() + left - margin
 
 
-def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
+def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict[str, object]:
     handlers, queues = select(settings.tasks, settings.queues)
     began = clock.monotonic()
     deadline = _deadline(context, settings.margin)
@@ -100,6 +100,7 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict:
                              max_depth=settings.max_depth, remaining=left)
         if decision.action != "wait":
             break
+        assert decision.at is not None  # a wait is until a moment
         # Due within the minute and time to spare: cheaper than a schedule, and
         # no session is open while we sleep.
         log.info("waiting until %s", decision.at.isoformat(),
@@ -125,23 +126,24 @@ def _arm_switch(context: Any, settings: Settings) -> None:
     the other stale lease wake-ups. Timed by the function's clock, which is close to
     the database's: a wake-up that fires a little early finds the lease held and arms
     one for its real end."""
-    if not settings.wakes:
+    scheduler = settings.scheduler
+    if scheduler is None:
         return
     from botocore.exceptions import BotoCoreError, ClientError
 
     now = datetime.fromtimestamp(clock.wall(), UTC)
     try:
-        _arm(switch_at(now, settings.lease), True, context, settings)
+        _arm(switch_at(now, settings.lease), True, context, scheduler)
     except (BotoCoreError, ClientError) as exc:
         log.error("could not arm the run's lease wake-up: %s; if the run dies, the backstop "
                   "schedule reaps its jobs", exc, extra={"data": {"event": "switch_failed"}})
 
 
-def _arm(at: datetime, lease: bool, context: Any, settings: Settings) -> bool:
+def _arm(at: datetime, lease: bool, context: Any, scheduler: tuple[str, str]) -> bool:
     """`schedule.arm` for this function, in its group, with its Scheduler role."""
-    return schedule.arm(at, target_arn=context.invoked_function_arn,
-                        role_arn=settings.scheduler_role_arn, group=settings.schedule_group,
-                        lease=lease)
+    group, role = scheduler
+    return schedule.arm(at, target_arn=context.invoked_function_arn, role_arn=role,
+                        group=group, lease=lease)
 
 
 def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
@@ -154,10 +156,11 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
                         "(DRAINER_MAX_DEPTH=%d); the backstop schedule takes over",
                         settings.max_depth, extra={"data": {"event": "max_depth"}})
         return "none"
-    if decision.action == "wake" and not settings.wakes:
+    scheduler = settings.scheduler
+    if decision.action == "wake" and scheduler is None:
         log.warning("a job is due at %s but wake-ups are not configured "
                     "(DRAINER_SCHEDULE_GROUP, DRAINER_SCHEDULER_ROLE_ARN); the backstop "
-                    "schedule will run it", decision.at.isoformat(),
+                    "schedule will run it", decision.at,
                     extra={"data": {"event": "wake_unconfigured"}})
         return "not armed"
     from botocore.exceptions import BotoCoreError, ClientError
@@ -168,7 +171,8 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
                                  events.continuation(trigger.depth + 1))
             outcome = "continued"
         else:
-            created = _arm(decision.at, decision.lease, context, settings)
+            assert decision.at is not None and scheduler is not None  # a wake-up, armable
+            created = _arm(decision.at, decision.lease, context, scheduler)
             outcome = "armed" if created else "already armed"
     except (BotoCoreError, ClientError) as exc:
         log.error("could not %s: %s; the backstop schedule will drain what is left",

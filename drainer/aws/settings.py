@@ -27,9 +27,11 @@ class Settings:
     namespace: str = "drainer"
 
     @property
-    def wakes(self) -> bool:
-        """Whether wake-ups can be armed (a schedule group and a role for Scheduler)."""
-        return bool(self.schedule_group and self.scheduler_role_arn)
+    def scheduler(self) -> tuple[str, str] | None:
+        """The schedule group and Scheduler's role, when wake-ups can be armed."""
+        if self.schedule_group and self.scheduler_role_arn:
+            return self.schedule_group, self.scheduler_role_arn
+        return None
 
     @property
     def tasks(self) -> list[str]:
