@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from drainer.aws.kick import DEFAULT_INTERVAL
-from drainer.aws.settings import DEFAULT_MAX_DEPTH, Settings
+from drainer.aws.settings import Settings
+from drainer.settings import DEFAULT_MAX_DEPTH
 
 from .table import Spec
 
