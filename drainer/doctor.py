@@ -277,8 +277,9 @@ def _scans(plan: PlanNode) -> list[str]:
 
 def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
     valid, rows = _fetch(conn, "doctor_ready_index")[0]
-    create = ("CREATE INDEX CONCURRENTLY jobs_ready_idx ON jobs (queue, run_at) "
-              "WHERE status = 'queued'")
+    by_priority = sql.features(conn).priority
+    columns = "queue, priority DESC, run_at" if by_priority else "queue, run_at"
+    create = f"CREATE INDEX CONCURRENTLY jobs_ready_idx ON jobs ({columns}) WHERE status = 'queued'"
     if not valid:
         return [Finding(
             "claim_plan", "problem",
@@ -286,8 +287,8 @@ def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
             "scans the whole jobs table, done history included",
             ("" if valid is None else "DROP INDEX CONCURRENTLY jobs_ready_idx; then ") + create)]
     # The very statement a drain sends, its batch size written in.
-    [(plan,)] = sql.execute(conn, sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH),
-                            {"queues": queues, **CLAIM_PROBE}).fetchall()
+    text = sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH, by_priority)
+    [(plan,)] = sql.execute(conn, text, {"queues": queues, **CLAIM_PROBE}).fetchall()
     scans = _scans(plan[0]["Plan"])
     if (rows or 0) < PLAN_MIN_ROWS or any("jobs_ready_idx" in s for s in scans):
         return []
