@@ -259,7 +259,7 @@ def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object
                  now: datetime | None = None) -> int: ...
 @overload
 def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
-                 keys: Iterable[str | None], priority: int = 0,
+                 keys: Iterable[str], priority: int = 0,
                  run_at: datetime | None = None, delay: float | timedelta | None = None,
                  max_attempts: int | None = None, now: datetime | None = None
                  ) -> list[int]: ...
@@ -268,7 +268,7 @@ def enqueue_many(
     queue: str,
     payloads: Iterable[object],
     *,
-    keys: Iterable[str | None] | None = None,
+    keys: Iterable[str] | None = None,
     priority: int = 0,
     run_at: datetime | None = None,
     delay: float | timedelta | None = None,
@@ -276,10 +276,10 @@ def enqueue_many(
     now: datetime | None = None,
 ) -> int | list[int]:
     """Bulk insert in the caller's transaction (all or nothing). Without keys: one COPY
-    into jobs, and the count (COPY returns no ids). With keys (one per payload, None
-    for none): COPY into a temporary table, then one INSERT ... ON CONFLICT DO NOTHING
-    for them all, and each payload's job id, in order: a key a queued or running job
-    holds (or an earlier payload of the batch) inserts nothing and gives the holder's.
+    into jobs, and the count (COPY returns no ids). With keys (one per payload): each
+    payload's job id, in order; a key a queued or running job holds (or an earlier
+    payload of the batch) inserts nothing and gives that job's id. Still one COPY, with
+    a read of the keys' holders before and after it.
 
     run_at is computed once by the database clock, then copied with every row, as
     text (it is exact, offset included) so that no row pays for dumping a datetime.
@@ -319,37 +319,53 @@ def _copy_jobs(conn: psycopg.Connection, payloads: Iterable[object],
 
 
 def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
-                   keys: Iterable[str | None], params: dict[str, Any]) -> list[int]:
-    """The keyed path: the batch table, then `enqueue_batch` until every row has its job
-    (rows whose holder it could not see are sent again, alone)."""
-    with sql.pipeline(conn):
-        sql.run(conn, "batch_table")
-        sql.run(conn, "batch_clear")
-    given = iter(keys)
-    count = 0
-    with sql.copy(conn, "copy_batch") as copy:
-        for text in _encoded(payloads):
-            key = next(given, _MISSING)
-            if key is _MISSING:
-                raise BadInput(f"keys: fewer keys than payloads ({count}); nothing was "
-                               "enqueued")
-            count += 1
-            copy.write_row((count, text, None if key is None else check_key(key)))
-    if next(given, _MISSING) is not _MISSING:
-        raise BadInput(f"keys: more keys than payloads ({count}); nothing was enqueued")
-    ids: list[int | None] = [None] * count
-    only: list[int] | None = None  # the first round sends every row
+                   keys: Iterable[str], params: dict[str, Any]) -> list[int]:
+    """The keyed path: one COPY of the first payload of each key, then the ids of the
+    keys' holders (the new jobs among them): no ON CONFLICT, whose speculative insertion
+    costs as much again per row as the insert. A key that a job holds already, or that
+    another transaction takes meanwhile, makes the COPY fail on the unique index: it is
+    undone to a savepoint, and the keys with no holder yet are copied again."""
+    texts, order = _keyed(payloads, keys)
+    firsts: dict[str, str] = {}  # each key's first payload, in the order keys first came
+    for key, text in zip(order, texts, strict=True):
+        firsts.setdefault(key, text)
+    head, tail = (params["queue"],), (params["run_at"], params["max_attempts"],
+                                      params["priority"])
+    ids: dict[str, int] = {}
+    wanted = list(firsts)
     for _ in range(CONFLICT_ROUNDS):
-        for n, job_id in sql.rows(conn, "enqueue_batch", {**params, "only": only}):
-            ids[n - 1] = job_id
-        only = [n for n, job_id in enumerate(ids, 1) if job_id is None]
-        if not only:
-            return [job_id for job_id in ids if job_id is not None]
+        try:
+            with sql.transaction(conn), sql.copy(conn, "copy_jobs_keyed") as copy:
+                for key in wanted:
+                    copy.write_row((*head, firsts[key], *tail, key))
+        except BadInput as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise
+        found = sql.value(conn, "batch_holders", {"queue": params["queue"],
+                                                  "keys": _encode(wanted)})
+        ids.update((key, job_id) for key, job_id in zip(wanted, found, strict=True)
+                   if job_id is not None)
+        wanted = [key for key in wanted if key not in ids]
+        if not wanted:
+            return [ids[key] for key in order]
     raise DrainerError(f"keys of queue {params['queue']!r}: their holders kept changing; "
                        "nothing was enqueued")
 
 
-_MISSING = object()
+def _keyed(payloads: Iterable[object], keys: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The payloads as jsonb text and their keys, one each, or BadInput."""
+    texts = list(_encoded(payloads))
+    order = list(keys)
+    if len(order) != len(texts):
+        raise BadInput(f"keys: {len(order)} keys for {len(texts)} payloads (give one key for "
+                       "each payload); nothing was enqueued")
+    for n, key in enumerate(order, 1):
+        if key is None:
+            raise BadInput(f"keys: payload {n} has no key (enqueue those without one in a "
+                           "call of their own); nothing was enqueued")
+        check_key(key)
+    return texts, order
+
 
 
 def claim(

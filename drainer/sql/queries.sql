@@ -333,47 +333,19 @@ COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
 -- name: copy_jobs_priority
 COPY jobs (queue, payload, run_at, max_attempts, priority) FROM STDIN;
 
--- name: batch_table
--- enqueue_many's rows with keys go through this table (one per session, emptied at
--- every commit), so that one INSERT ... ON CONFLICT takes them all.
-CREATE TEMP TABLE IF NOT EXISTS drainer_batch (n int, payload jsonb, key text)
-ON COMMIT DELETE ROWS;
+-- name: copy_jobs_keyed
+COPY jobs (queue, payload, run_at, max_attempts, priority, key) FROM STDIN;
 
--- name: batch_clear
--- An earlier enqueue_many of the same transaction left its rows.
-DELETE FROM drainer_batch;
-
--- name: copy_batch
-COPY drainer_batch (n, payload, key) FROM STDIN;
-
--- name: enqueue_batch
--- drainer_batch's rows (all, or those numbered %(only)s) into jobs, in their order; a
--- key a queued or running job holds (or an earlier row of the batch) inserts nothing.
--- Returns each row's number and its job's id: the new job, else the holder's. Rows
--- without a key never conflict, and their ids, drawn in insertion order, pair with
--- their numbers in order. A NULL id: the holder committed after this statement's
--- snapshot, or finished since: queue.enqueue_many() sends those rows again.
-WITH new AS (
-  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key)
-  SELECT %(queue)s, b.payload, %(run_at)s, %(max_attempts)s, %(priority)s, b.key
-  FROM drainer_batch b
-  WHERE %(only)s::int[] IS NULL OR b.n = ANY(%(only)s::int[])
-  ORDER BY b.n
-  ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('queued', 'running')
-  DO NOTHING
-  RETURNING id, key
-)
-SELECT b.n, i.id
-FROM (SELECT n, row_number() OVER (ORDER BY n) AS r FROM drainer_batch
-      WHERE key IS NULL AND %(only)s::int[] IS NULL) AS b
-JOIN (SELECT id, row_number() OVER (ORDER BY id) AS r FROM new WHERE key IS NULL) AS i
-  ON i.r = b.r
-UNION ALL
-SELECT b.n, coalesce(i.id, (SELECT h.id FROM jobs h
-                            WHERE h.queue = %(queue)s AND h.key = b.key
-                              AND h.status IN ('queued', 'running')))
-FROM drainer_batch b LEFT JOIN new i ON i.key = b.key
-WHERE b.key IS NOT NULL AND (%(only)s::int[] IS NULL OR b.n = ANY(%(only)s::int[]));
+-- name: batch_holders
+-- enqueue_many with keys: the id of the job holding each of these keys in the queue
+-- (queued or running), in the keys' order, NULL for a key no job holds, as one array
+-- (100,000 rows would cost more to send and read than the lookups); the keys arrive
+-- as one JSON array, which Python writes several times faster than a text[]. Read
+-- after the COPY: the new jobs are the caller's own, visible to it.
+SELECT array_agg(j.id ORDER BY k.n)
+FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n)
+LEFT JOIN jobs j ON j.queue = %(queue)s AND j.key = k.key
+                AND j.status IN ('queued', 'running');
 
 -- name: requeue
 -- Failed jobs (these ids, or the queue's, less those in %(skip)s) back to queued with a
