@@ -278,8 +278,8 @@ def enqueue_many(
     """Bulk insert in the caller's transaction (all or nothing). Without keys: one COPY
     into jobs, and the count (COPY returns no ids). With keys (one per payload): each
     payload's job id, in order; a key a queued or running job holds (or an earlier
-    payload of the batch) inserts nothing and gives that job's id. Still one COPY, with
-    a read of the keys' holders before and after it.
+    payload of the batch) inserts nothing and gives that job's id. Still a bulk path:
+    one INSERT of one JSON document for the whole batch, returning the ids.
 
     run_at is computed once by the database clock, then copied with every row, as
     text (it is exact, offset included) so that no row pays for dumping a datetime.
@@ -320,52 +320,55 @@ def _copy_jobs(conn: psycopg.Connection, payloads: Iterable[object],
 
 def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
                    keys: Iterable[str], params: dict[str, Any]) -> list[int]:
-    """The keyed path: one COPY of the first payload of each key, then the ids of the
-    keys' holders (the new jobs among them): no ON CONFLICT, whose speculative insertion
-    costs as much again per row as the insert. A key that a job holds already, or that
-    another transaction takes meanwhile, makes the COPY fail on the unique index: it is
-    undone to a savepoint, and the keys with no holder yet are copied again."""
-    texts, order = _keyed(payloads, keys)
-    firsts: dict[str, str] = {}  # each key's first payload, in the order keys first came
-    for key, text in zip(order, texts, strict=True):
-        firsts.setdefault(key, text)
-    head, tail = (params["queue"],), (params["run_at"], params["max_attempts"],
-                                      params["priority"])
+    """The keyed path: the first payload of each key, all in one JSON document (one
+    encode instead of one per payload), inserted by one statement that returns their
+    ids. A key a job holds already, or that another transaction takes meanwhile, fails
+    the insert on the unique index: it is undone to a savepoint, the holders of the
+    keys are read, and the keys no job holds are sent again."""
+    items, order = list(payloads), list(keys)
+    doc = _checked_rows(items, order)
+    firsts: dict[str, object] = {}  # each key's first payload, in the order keys came
+    for key, payload in zip(order, items, strict=True):
+        firsts.setdefault(key, payload)
     ids: dict[str, int] = {}
-    wanted = list(firsts)
+    todo = list(firsts)
     for _ in range(CONFLICT_ROUNDS):
+        if len(todo) != len(order):
+            doc = _encode([[firsts[key], key] for key in todo])
         try:
-            with sql.transaction(conn), sql.copy(conn, "copy_jobs_keyed") as copy:
-                for key in wanted:
-                    copy.write_row((*head, firsts[key], *tail, key))
+            with sql.transaction(conn):
+                new = sql.value(conn, "enqueue_keyed_batch", {**params, "rows": doc})
         except BadInput as exc:
             if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise
-        found = sql.value(conn, "batch_holders", {"queue": params["queue"],
-                                                  "keys": _encode(wanted)})
-        ids.update((key, job_id) for key, job_id in zip(wanted, found, strict=True)
-                   if job_id is not None)
-        wanted = [key for key in wanted if key not in ids]
-        if not wanted:
-            return [ids[key] for key in order]
+            found = sql.value(conn, "batch_holders", {"queue": params["queue"],
+                                                      "keys": _encode(todo)})
+            ids.update((key, job) for key, job in zip(todo, found, strict=True) if job)
+            todo = [key for key in todo if key not in ids]
+            continue
+        ids.update(zip(todo, new, strict=True))
+        return [ids[key] for key in order]
     raise DrainerError(f"keys of queue {params['queue']!r}: their holders kept changing; "
                        "nothing was enqueued")
 
 
-def _keyed(payloads: Iterable[object], keys: Iterable[str]) -> tuple[list[str], list[str]]:
-    """The payloads as jsonb text and their keys, one each, or BadInput."""
-    texts = list(_encoded(payloads))
-    order = list(keys)
-    if len(order) != len(texts):
-        raise BadInput(f"keys: {len(order)} keys for {len(texts)} payloads (give one key for "
-                       "each payload); nothing was enqueued")
-    for n, key in enumerate(order, 1):
+def _checked_rows(payloads: list[object], keys: list[str]) -> str:
+    """The [payload, key] pairs as one JSON document jsonb accepts, or BadInput naming
+    the first bad payload or key (found one by one only when the whole fails)."""
+    if len(keys) != len(payloads):
+        raise BadInput(f"keys: {len(keys)} keys for {len(payloads)} payloads (give one key "
+                       "for each payload); nothing was enqueued")
+    for n, key in enumerate(keys, 1):
         if key is None:
             raise BadInput(f"keys: payload {n} has no key (enqueue those without one in a "
                            "call of their own); nothing was enqueued")
         check_key(key)
-    return texts, order
-
+    try:
+        return encode_payload([[p, k] for p, k in zip(payloads, keys, strict=True)])
+    except BadInput:
+        for _ in _encoded(payloads):  # raises, naming the payload
+            pass
+        raise
 
 
 def claim(

@@ -333,19 +333,34 @@ COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
 -- name: copy_jobs_priority
 COPY jobs (queue, payload, run_at, max_attempts, priority) FROM STDIN;
 
--- name: copy_jobs_keyed
-COPY jobs (queue, payload, run_at, max_attempts, priority, key) FROM STDIN;
+-- name: enqueue_keyed_batch
+-- enqueue_many with keys: the rows of one JSON array of [payload, key] pairs (its keys
+-- distinct), inserted in their order; returns their ids, ascending, which is their
+-- order (drawn one by one as they are inserted). No ON CONFLICT, whose speculative
+-- insertion costs as much again per row as the insert: a key already held makes the
+-- statement fail on the unique index, and queue.enqueue_many() undoes it to a savepoint
+-- and sends the other keys again.
+WITH new AS (
+  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key)
+  SELECT %(queue)s, t.pair -> 0, %(run_at)s, %(max_attempts)s, %(priority)s, t.pair ->> 1
+  FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t(pair, n)
+  ORDER BY t.n
+  RETURNING id
+)
+SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM new;
 
 -- name: batch_holders
 -- enqueue_many with keys: the id of the job holding each of these keys in the queue
 -- (queued or running), in the keys' order, NULL for a key no job holds, as one array
 -- (100,000 rows would cost more to send and read than the lookups); the keys arrive
 -- as one JSON array, which Python writes several times faster than a text[]. Read
--- after the COPY: the new jobs are the caller's own, visible to it.
-SELECT array_agg(j.id ORDER BY k.n)
-FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n)
-LEFT JOIN jobs j ON j.queue = %(queue)s AND j.key = k.key
-                AND j.status IN ('queued', 'running');
+-- when an insert failed on a held key. One probe of the unique index per key, as a
+-- subquery: a join could be planned as a nested loop over a seq scan (statistics
+-- taken before a bulk insert), one pass over the table per key.
+SELECT array_agg((SELECT j.id FROM jobs j
+                  WHERE j.queue = %(queue)s AND j.key = k.key
+                    AND j.status IN ('queued', 'running')) ORDER BY k.n)
+FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n);
 
 -- name: requeue
 -- Failed jobs (these ids, or the queue's, less those in %(skip)s) back to queued with a
