@@ -621,9 +621,7 @@ class Due:
 
 def due(conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None) -> Due:
     """When more work of `queues` becomes ready, and why, in one statement."""
-    text = sql.variant("next_due", queue_earliest="queue_earliest_by_priority") if (
-        sql.features(conn).priority) else sql.QUERIES["next_due"]
-    return Due(*sql.execute(conn, text, {"queues": list(queues), "now": now}).fetchall()[0])
+    return Due(*sql.rows(conn, "next_due", {"queues": list(queues), "now": now})[0])
 
 
 def next_due(

@@ -45,7 +45,7 @@ def claim_plan(conn: psycopg.Connection) -> list[str]:
         text, {"queues": QUEUES, "lease": LEASE, "now": None})]
 
 
-def test_the_claim_walks_the_ready_index_one_priority_at_a_time(conn):
+def test_the_claim_walks_the_priority_index_one_priority_at_a_time(conn):
     for p in (-5, 0, 5):
         for name in QUEUES:
             drainer.enqueue_many(conn, name, ({} for _ in range(2000)), priority=p)
@@ -53,10 +53,10 @@ def test_the_claim_walks_the_ready_index_one_priority_at_a_time(conn):
     lines = claim_plan(conn)
     at = next(i for i, line in enumerate(lines) if "LockRows" in line)
     assert "Limit" in lines[at - 1]
-    assert "Index Scan using jobs_ready_idx on jobs" in lines[at + 1]
+    assert "Index Scan using jobs_priority_idx on jobs" in lines[at + 1]
     cond = next(line for line in lines[at + 2:] if line.startswith("Index Cond"))
     assert "priority = " in cond and "run_at <= " in cond  # stops at the first future run_at
-    probes = [line for line in lines if "Index Only Scan using jobs_ready_idx" in line]
+    probes = [line for line in lines if "Index Only Scan using jobs_priority_idx" in line]
     assert probes and "Seq Scan" not in "\n".join(lines) and "Recursive Union" in "\n".join(lines)
 
 
@@ -105,3 +105,11 @@ def test_a_hand_made_table_drains_oldest_first_without_priorities(empty_db_url):
         assert queue.next_due(conn, ["a", "b"]) is None
         stats = json.loads(run_cli("stats", "--json", "--database-url", empty_db_url).stdout)
         assert stats["priorities"] is None
+
+
+def test_doctor_names_a_missing_priority_index(conn, db_url):
+    conn.execute("DROP INDEX jobs_priority_idx")
+    proc = run_cli("doctor", "--json", "--database-url", db_url)
+    [finding] = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "claim_plan"]
+    assert "jobs_priority_idx is missing" in finding["summary"]
+    assert "(queue, priority DESC, run_at)" in finding["advice"]

@@ -88,7 +88,7 @@ WHERE c.status = 'running'
 ORDER BY n.rank;
 
 -- name: queues
--- The queues of a claim or next_due, one row each, as q(name). The planner cannot see
+-- The queues of a claim, one row each, as q(name). The planner cannot see
 -- how many names an array parameter holds and guesses 10; the no-op LIMIT makes it
 -- guess 1 (a tenth), or the plan it prepares looks ten times dearer than a fresh one
 -- on a big table, and every claim is planned again.
@@ -113,8 +113,8 @@ LIMIT %(limit)s;
 -- name: queue_priorities
 -- The distinct priorities of queue q.name's queued jobs, highest first (a part of
 -- statements that name their queue q): a loose index scan, one probe of
--- jobs_ready_idx (queue, priority DESC, run_at) per priority, read lazily, so a claim
--- that fills its batch from the highest priorities never looks at the others.
+-- jobs_priority_idx (queue, priority DESC, run_at) per priority, read lazily, so a
+-- claim that fills its batch from the highest priorities never looks at the others.
 WITH RECURSIVE p(priority) AS (
   (SELECT priority FROM jobs
    WHERE queue = q.name AND status = 'queued'
@@ -130,8 +130,9 @@ SELECT priority FROM p WHERE priority IS NOT NULL;
 -- name: claim_by_priority
 -- `claim`'s rows once `migrate` added priorities: each queue's ready rows, highest
 -- priority first, then oldest run_at; then the best overall are taken. Per queue and
--- priority the scan is Limit > LockRows > Index Scan on jobs_ready_idx and stops at
--- the first run_at in the future, so jobs due later at a high priority cost one probe,
+-- priority the scan is Limit > LockRows > Index Scan on jobs_priority_idx and stops
+-- at the first run_at in the future (while every job has priority 0 the planner may
+-- take jobs_ready_idx instead: the same rows, in the same order), so jobs due later at a high priority cost one probe,
 -- where one scan ordered by (priority, run_at) would step over each of them at every
 -- claim (PostgreSQL 18's skip scan avoids that, older servers do not).
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
@@ -239,14 +240,16 @@ WHERE id IN (
 -- them apart), and the database clock's now() they were judged at. Another producer
 -- may write times Python cannot hold: past year 9998 ('infinity' too) a job is
 -- parked, never due; before year 2 ('-infinity' too) it is ready, due now. The
--- sources are computed once (MATERIALIZED), however often the answer names them. Each
--- queue's earliest run_at comes from queue_earliest, or queue_earliest_by_priority
--- once `migrate` added priorities (queue.due() swaps them).
+-- sources are computed once (MATERIALIZED), however often the answer names them.
 WITH t(now) AS (SELECT coalesce(%(now)s, now())),
 d AS MATERIALIZED (SELECT
   (SELECT min(r.run_at)
    FROM unnest(%(queues)s::text[]) AS q(name)
-   CROSS JOIN LATERAL (:queue_earliest) AS r) AS queued,
+   CROSS JOIN LATERAL (
+     SELECT run_at FROM jobs
+     WHERE queue = q.name AND status = 'queued' AND run_at < '9999-01-01'
+     ORDER BY run_at LIMIT 1
+   ) AS r) AS queued,
   (SELECT min(locked_until) FROM jobs
    WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
      AND locked_until < '9999-01-01') AS leased)
@@ -256,24 +259,6 @@ SELECT CASE WHEN least(queued, leased) IS NULL THEN NULL
        CASE WHEN leased < '0002-01-01' THEN t.now ELSE leased END,
        t.now
 FROM d, t;
-
--- name: queue_earliest
--- The earliest run_at of queue q.name's queued jobs that is not parked (next_due).
-SELECT run_at FROM jobs
-WHERE queue = q.name AND status = 'queued' AND run_at < '9999-01-01'
-ORDER BY run_at LIMIT 1;
-
--- name: queue_earliest_by_priority
--- queue_earliest when jobs_ready_idx orders by priority first: the earliest of each
--- priority's earliest, one probe each.
-SELECT min(e.run_at) AS run_at
-FROM (:queue_priorities) AS p
-CROSS JOIN LATERAL (
-  SELECT run_at FROM jobs
-  WHERE queue = q.name AND status = 'queued' AND priority = p.priority
-    AND run_at < '9999-01-01'
-  ORDER BY run_at LIMIT 1
-) AS e;
 
 -- name: enqueue
 INSERT INTO jobs (queue, payload, run_at, max_attempts)
@@ -506,9 +491,9 @@ FROM jobs
 WHERE status IN ('queued', 'running');
 
 -- name: doctor_ready_index
--- Whether jobs_ready_idx exists and is valid (NULL: missing), and the planner's row
--- estimate of jobs (-1 before the first ANALYZE).
-SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('jobs_ready_idx')),
+-- Whether a ready index (jobs_ready_idx, jobs_priority_idx) exists and is valid (NULL:
+-- missing), and the planner's row estimate of jobs (-1 before the first ANALYZE).
+SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)),
        (SELECT reltuples FROM pg_class WHERE oid = to_regclass('jobs'))::float8;
 
 -- name: explain

@@ -98,20 +98,10 @@ ALTER TABLE jobs_archive
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON jobs (queue, key)
 WHERE key IS NOT NULL AND status IN ('queued', 'running');
 
--- The ready index orders each queue's queued jobs by priority, then run_at. The claim
--- walks it one priority at a time (see `queue_priorities` in queries.sql), so a scan
--- still stops at the first run_at in the future: jobs due later at a high priority
--- cost one probe per claim, not one index entry each. Rebuilt only while it lacks
--- the priority column, so running this again changes nothing.
-DO $$
-BEGIN
-  IF NOT EXISTS (
-    SELECT FROM pg_index i JOIN pg_attribute a
-      ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-    WHERE i.indexrelid = to_regclass('jobs_ready_idx') AND a.attname = 'priority'
-  ) THEN
-    DROP INDEX IF EXISTS jobs_ready_idx;
-    CREATE INDEX jobs_ready_idx ON jobs (queue, priority DESC, run_at) WHERE status = 'queued';
-  END IF;
-END
-$$;
+-- The claim by priority walks this index one priority at a time (see `queue_priorities`
+-- in queries.sql), so each scan still stops at the first run_at in the future: jobs due
+-- later at a high priority cost one probe per claim, not one index entry each.
+-- jobs_ready_idx stays as it is: the classic statements (next_due here, and any
+-- older drainer or hand-written loop on the same table) keep their ordered scan.
+CREATE INDEX IF NOT EXISTS jobs_priority_idx ON jobs (queue, priority DESC, run_at)
+WHERE status = 'queued';
