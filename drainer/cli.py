@@ -250,6 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="not before this many seconds from now (database clock)")
     e.add_argument("--max-attempts", type=_checked(positive_int), metavar="N",
                    help="attempts before the job fails for good (default 5)")
+    e.add_argument("--priority", type=_checked(_priority), default=0, metavar="P",
+                   help=f"{queue.MIN_PRIORITY} to {queue.MAX_PRIORITY}, higher first (default "
+                        "0); with stdin, every line's")
+    e.add_argument("--key", metavar="K",
+                   help="unique while queued or running: a job of the queue holding K is "
+                        "kept and its id printed, nothing is enqueued (one JSON argument only)")
+    e.add_argument("--replace", action="store_true",
+                   help="with --key: a queued holder takes this payload, run time and "
+                        "priority (a running one is left as it is)")
     parsers["stats"].add_argument("--json", action="store_true", help="one JSON document")
     parsers["doctor"].add_argument("--json", action="store_true", help="one JSON document")
     r = parsers["requeue"]
@@ -261,6 +270,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_failed_and_show(parsers["failed"], parsers["show"])
     _add_db_actions(parsers["db"])
     return top
+
+
+def _priority(text: str) -> int:
+    try:
+        return queue.check_priority(int(text))
+    except (ValueError, BadInput):
+        raise ValueError(f"{text!r} is not an integer from {queue.MIN_PRIORITY} to "
+                         f"{queue.MAX_PRIORITY}") from None
 
 
 def _iso(text: str) -> datetime:
@@ -422,13 +439,23 @@ def _payload(text: str) -> object:
 
 def cmd_enqueue(args: argparse.Namespace) -> None:
     queue.check_queue(args.queue)
-    when = {"run_at": args.run_at, "delay": args.delay, "max_attempts": args.max_attempts}
+    if args.replace and args.key is None:
+        raise ConfigError("--replace needs --key")
+    when = {"run_at": args.run_at, "delay": args.delay, "max_attempts": args.max_attempts,
+            "priority": args.priority}
     if args.payload is not None:
         payload = _payload(args.payload)  # refuse bad input before connecting
         with _open(args) as conn:
-            job_id = queue.enqueue(conn, args.queue, payload, **when)
-        _emit({"id": job_id})
+            job = queue.enqueue_keyed(conn, args.queue, payload, key=args.key,
+                                      replace=args.replace, **when)
+        if job.outcome in ("queued", "running"):
+            log.info("job %d (%s) holds key %r of queue %r: nothing enqueued%s", job.id,
+                     job.outcome, args.key, args.queue,
+                     "; a running job keeps its payload" if args.replace else "")
+        _emit({"id": job.id})
         return
+    if args.key is not None:
+        raise ConfigError("--key names one job: give its JSON as an argument, not on stdin")
     if sys.stdin.isatty():  # a user who forgot the JSON argument would wait in silence
         log.info("reading jobs for queue %r from stdin: one JSON document per line; "
                  "Ctrl-D on a line of its own to finish (nothing is enqueued before)",
@@ -503,7 +530,10 @@ def cmd_requeue(args: argparse.Namespace) -> None:
         raise ConfigError("give failed job ids or --queue Q (one of the two)")
     with _open(args) as conn:
         ids = queue.requeue(conn, queue=args.queue, ids=args.ids)
-    _emit({"requeued": len(ids), "ids": ids})
+    for job_id, holder in ids.held.items():
+        log.warning("job %d not requeued: job %d holds its key", job_id, holder)
+    held = {"held": [{"id": i, "holder": h} for i, h in ids.held.items()]} if ids.held else {}
+    _emit({"requeued": len(ids), "ids": ids, **held})
 
 
 def cmd_cancel(args: argparse.Namespace) -> None:

@@ -276,28 +276,43 @@ def _scans(plan: PlanNode) -> list[str]:
 
 
 def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
-    valid, rows = _fetch(conn, "doctor_ready_index")[0]
-    create = ("CREATE INDEX CONCURRENTLY jobs_ready_idx ON jobs (queue, run_at) "
-              "WHERE status = 'queued'")
-    if not valid:
-        return [Finding(
-            "claim_plan", "problem",
-            f"jobs_ready_idx is {'missing' if valid is None else 'invalid'}: every claim "
-            "scans the whole jobs table, done history included",
-            ("" if valid is None else "DROP INDEX CONCURRENTLY jobs_ready_idx; then ") + create)]
+    by_priority = sql.features(conn).priority
+    names = [name for name in READY_INDEXES if by_priority or name == "jobs_ready_idx"]
+    rows = 0.0
+    for name in names:
+        valid, rows = _fetch(conn, "doctor_ready_index", {"index": name})[0]
+        if not valid:
+            return [Finding(
+                "claim_plan", "problem",
+                f"{name} is {'missing' if valid is None else 'invalid'}: every claim "
+                "scans the whole jobs table, done history included",
+                ("" if valid is None else f"DROP INDEX CONCURRENTLY {name}; then ")
+                + _create(name))]
     # The very statement a drain sends, its batch size written in.
-    [(plan,)] = sql.execute(conn, sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH),
-                            {"queues": queues, **CLAIM_PROBE}).fetchall()
+    text = sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH, by_priority)
+    [(plan,)] = sql.execute(conn, text, {"queues": queues, **CLAIM_PROBE}).fetchall()
     scans = _scans(plan[0]["Plan"])
-    if (rows or 0) < PLAN_MIN_ROWS or any("jobs_ready_idx" in s for s in scans):
+    if (rows or 0) < PLAN_MIN_ROWS or any(name in s for s in scans for name in names):
         return []
     return [Finding(
         "claim_plan", "problem",
-        f"the claim's plan does not use jobs_ready_idx ({'; '.join(scans)}), on a table of "
-        f"about {rows:.0f} rows",
+        f"the claim's plan does not use {' or '.join(names)} ({'; '.join(scans)}), on a "
+        f"table of about {rows:.0f} rows",
         "ANALYZE jobs; check that enable_indexscan and enable_bitmapscan are on for this "
-        "role and database, and that jobs_ready_idx is " + create.split(" ON ", 1)[1],
+        "role and database, and that " + "; ".join(
+            f"{name} is " + _create(name).split(" ON ", 1)[1] for name in names),
         [{"scans": scans}])]
+
+
+# The partial indexes a claim reads, and their columns: the classic one, and the one
+# migration 6 adds for the claim by priority.
+READY_INDEXES = {"jobs_ready_idx": "queue, run_at",
+                 "jobs_priority_idx": "queue, priority DESC, run_at"}
+
+
+def _create(name: str) -> str:
+    return (f"CREATE INDEX CONCURRENTLY {name} ON jobs ({READY_INDEXES[name]}) "
+            "WHERE status = 'queued'")
 
 
 def _jobs(conn: psycopg.Connection, max_ready_age: float) -> tuple[list[Finding], list[str]]:

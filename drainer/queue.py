@@ -8,24 +8,32 @@ database clock says another time; production passes None and `now()` decides.
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack, overload
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
 
 from . import sql
 from .db import storable
-from .errors import BadInput
+from .errors import BadInput, ConfigError, DrainerError, translated
 
 ARCHIVE_BATCH = 10_000
 # The jobs table's column default; the COPY path must write it explicitly.
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
+MIN_PRIORITY, MAX_PRIORITY = -100, 100  # the column's CHECK
+MAX_KEY = 1000  # bytes: far below what one entry of the unique index may hold (2,704)
+# A holder seen by the insert's conflict but not by the statement's snapshot sends it
+# again; so does a holder that finished meanwhile. Each round means another enqueue of
+# the same key committed or finished during ours: a bound far past any real race.
+CONFLICT_ROUNDS = 100
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # \u0000, not an escaped backslash + u0000
 # One encoder for every payload: json.dumps with options builds a new one per call,
 # which doubles the cost of encoding a small payload.
@@ -102,56 +110,265 @@ def _when(run_at: datetime | None, delay: float | timedelta | None
     return {"run_at": run_at, "delay": delay}
 
 
+def check_priority(priority: int) -> int:
+    """The priority, or BadInput: an int from MIN_PRIORITY to MAX_PRIORITY."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+            MIN_PRIORITY <= priority <= MAX_PRIORITY):
+        raise BadInput(f"a priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}, "
+                       f"not {priority!r}")
+    return priority
+
+
+def check_key(key: object) -> str:
+    """The key, or BadInput when the text column or its unique index cannot hold it."""
+    if not isinstance(key, str) or "\x00" in key:
+        raise BadInput("a key must be a string without NUL characters")
+    if len(_utf8(key, "a key")) > MAX_KEY:
+        raise BadInput(f"a key must be at most {MAX_KEY} bytes")
+    return key
+
+
+def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = False) -> None:
+    """ConfigError, before anything is sent, when the table lacks what the call uses
+    (a hand-made one); the catalog is read again first, in case `migrate` ran since."""
+    def lacking(known: sql.Features) -> list[str]:
+        return [name for name, used, has in (("priorities", priority, known.priority),
+                                             ("unique keys", key, known.key))
+                if used and not has]
+
+    if lacking(sql.features(conn)):
+        sql.forget(conn)
+        missing = lacking(sql.features(conn))
+        if missing:
+            raise ConfigError(f"the jobs table has no {' or '.join(missing)}: run "
+                              "`drainer migrate` to add them")
+
+
+class Enqueued(NamedTuple):
+    """What an enqueue with a key did: the job's id, and 'inserted', 'replaced' (a
+    queued holder took the new payload, run_at and priority), or the status of the
+    holder left as it was ('queued' or 'running')."""
+
+    id: int
+    outcome: str
+
+
 def enqueue(
     conn: psycopg.Connection,
     queue: str,
     payload: object,
     *,
+    key: str | None = None,
+    replace: bool = False,
+    priority: int = 0,
     run_at: datetime | None = None,
     delay: float | timedelta | None = None,
     max_attempts: int | None = None,
     now: datetime | None = None,
 ) -> int:
-    """Insert one job in the caller's transaction and return its id."""
-    params = {
+    """Insert one job in the caller's transaction and return its id; with a key a
+    queued or running job of the queue holds, insert nothing and return the holder's
+    id (`replace`: a queued holder takes this payload, run_at and priority)."""
+    return enqueue_keyed(conn, queue, payload, key=key, replace=replace, priority=priority,
+                         run_at=run_at, delay=delay, max_attempts=max_attempts, now=now).id
+
+
+class _Options(TypedDict, total=False):
+    """`enqueue`'s keyword arguments."""
+
+    key: str | None
+    replace: bool
+    priority: int
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    now: datetime | None
+
+
+def enqueue_keyed(conn: psycopg.Connection, queue: str, payload: object,
+                  **options: Unpack[_Options]) -> Enqueued:
+    """`enqueue`, saying what it did (the CLI tells the user)."""
+    attempts = options.get("max_attempts")
+    params: dict[str, object] = {
         "queue": check_queue(queue),
         "payload": encode_payload(payload),
-        "max_attempts": DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
-        "now": now,
-        **_when(run_at, delay),
+        "max_attempts": DEFAULT_MAX_ATTEMPTS if attempts is None else attempts,
+        "now": options.get("now"),
+        **_when(options.get("run_at"), options.get("delay")),
     }
-    return int(sql.value(conn, "enqueue", params))
+    key, priority = options.get("key"), check_priority(options.get("priority", 0))
+    if key is None and priority == 0:
+        return Enqueued(int(sql.value(conn, "enqueue", params)), "inserted")
+    _require(conn, priority=priority != 0, key=key is not None)
+    params.update(key=None if key is None else check_key(key), priority=priority,
+                  replace=bool(options.get("replace")))
+    for _ in range(CONFLICT_ROUNDS):
+        found = _enqueue_keyed_once(conn, params)
+        if found is not None:
+            return found
+    raise DrainerError(f"key {key!r} of queue {queue!r}: its holder kept changing; nothing "
+                       "was enqueued")
 
 
+def _enqueue_keyed_once(conn: psycopg.Connection, params: dict[str, object]
+                        ) -> Enqueued | None:
+    """One try of `enqueue_keyed`; None when it must be asked again. A replace inside a
+    transaction runs in a savepoint (sent with it, in one round trip), rolled back when
+    the holder it saw queued was not replaced: a claim took it meanwhile, and the
+    update's recheck left that running row locked until the caller commits."""
+    if not params["replace"] or _own_transaction(conn):
+        return _enqueued(sql.row(conn, "enqueue_keyed", params))
+    try:
+        with sql.pipeline(conn):
+            sql.run(conn, "savepoint")
+            cursor = sql.run(conn, "enqueue_keyed", params)
+        with translated():
+            found = _enqueued(cursor.fetchone())
+    except BaseException:
+        with suppress(DrainerError):  # the first error is the one to report
+            _roll_back(conn)
+        raise
+    if found is None or found.outcome == "queued":
+        _roll_back(conn)
+        return None
+    sql.run(conn, "savepoint_release")
+    return found
+
+
+def _enqueued(row: tuple[Any, ...] | None) -> Enqueued | None:
+    return None if row is None else Enqueued(int(row[0]), str(row[1]))
+
+
+def _own_transaction(conn: psycopg.Connection) -> bool:
+    """Whether a statement sent now commits on its own (no caller's transaction)."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def _roll_back(conn: psycopg.Connection) -> None:
+    """Back to `savepoint`, which is then released: the caller's transaction goes on."""
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        with sql.pipeline(conn):
+            sql.run(conn, "savepoint_rollback")
+            sql.run(conn, "savepoint_release")
+
+
+@overload
+def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
+                 keys: None = None, priority: int = 0, run_at: datetime | None = None,
+                 delay: float | timedelta | None = None, max_attempts: int | None = None,
+                 now: datetime | None = None) -> int: ...
+@overload
+def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
+                 keys: Iterable[str], priority: int = 0,
+                 run_at: datetime | None = None, delay: float | timedelta | None = None,
+                 max_attempts: int | None = None, now: datetime | None = None
+                 ) -> list[int]: ...
 def enqueue_many(
     conn: psycopg.Connection,
     queue: str,
     payloads: Iterable[object],
     *,
+    keys: Iterable[str] | None = None,
+    priority: int = 0,
     run_at: datetime | None = None,
     delay: float | timedelta | None = None,
     max_attempts: int | None = None,
     now: datetime | None = None,
-) -> int:
-    """Bulk insert with COPY in the caller's transaction (all or nothing); returns the count.
+) -> int | list[int]:
+    """Bulk insert in the caller's transaction (all or nothing). Without keys: one COPY
+    into jobs, and the count (COPY returns no ids). With keys (one per payload): each
+    payload's job id, in order; a key a queued or running job holds (or an earlier
+    payload of the batch) inserts nothing and gives that job's id. Still a bulk path:
+    one INSERT of one JSON document for the whole batch, returning the ids.
 
     run_at is computed once by the database clock, then copied with every row, as
     text (it is exact, offset included) so that no row pays for dumping a datetime.
     """
     check_queue(queue)
+    _require(conn, priority=check_priority(priority) != 0, key=keys is not None)
     with sql.transaction(conn):
-        when = str(sql.value(conn, "db_time", {"now": now, **_when(run_at, delay)}))
-        attempts = DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
-        count = 0
-        with sql.copy(conn, "copy_jobs") as copy:
-            for payload in payloads:
-                count += 1
-                try:
-                    text = encode_payload(payload)
-                except BadInput as exc:
-                    raise BadInput(f"payload {count}: {exc}; nothing was enqueued") from exc
-                copy.write_row((queue, text, when, attempts))
+        params = {"queue": queue, "priority": priority,
+                  "run_at": str(sql.value(conn, "db_time", {"now": now, **_when(run_at, delay)})),
+                  "max_attempts": DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts}
+        if keys is None:
+            return _copy_jobs(conn, payloads, params)
+        return _enqueue_batch(conn, payloads, keys, params)
+
+
+def _encoded(payloads: Iterable[object]) -> Iterator[str]:
+    """Each payload as jsonb text; BadInput names the first bad one."""
+    for n, payload in enumerate(payloads, 1):
+        try:
+            yield encode_payload(payload)
+        except BadInput as exc:
+            raise BadInput(f"payload {n}: {exc}; nothing was enqueued") from exc
+
+
+def _copy_jobs(conn: psycopg.Connection, payloads: Iterable[object],
+               params: dict[str, Any]) -> int:
+    """The keyless path: COPY straight into jobs (the priority column only if used)."""
+    count = 0
+    extra = (params["priority"],) if params["priority"] else ()
+    with sql.copy(conn, "copy_jobs_priority" if extra else "copy_jobs") as copy:
+        head = (params["queue"],)
+        tail = (params["run_at"], params["max_attempts"], *extra)
+        for text in _encoded(payloads):
+            count += 1
+            copy.write_row((*head, text, *tail))
     return count
+
+
+def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
+                   keys: Iterable[str], params: dict[str, Any]) -> list[int]:
+    """The keyed path: the first payload of each key, all in one JSON document (one
+    encode instead of one per payload), inserted by one statement that returns their
+    ids. A key a job holds already, or that another transaction takes meanwhile, fails
+    the insert on the unique index: it is undone to a savepoint, the holders of the
+    keys are read, and the keys no job holds are sent again."""
+    items, order = list(payloads), list(keys)
+    doc = _checked_rows(items, order)
+    firsts: dict[str, object] = {}  # each key's first payload, in the order keys came
+    for key, payload in zip(order, items, strict=True):
+        firsts.setdefault(key, payload)
+    ids: dict[str, int] = {}
+    todo = list(firsts)
+    for _ in range(CONFLICT_ROUNDS):
+        if len(todo) != len(order):
+            doc = _encode([[firsts[key], key] for key in todo])
+        try:
+            with sql.transaction(conn):
+                new = sql.value(conn, "enqueue_keyed_batch", {**params, "rows": doc})
+        except BadInput as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise
+            found = sql.value(conn, "batch_holders", {"queue": params["queue"],
+                                                      "keys": _encode(todo)})
+            ids.update((key, job) for key, job in zip(todo, found, strict=True) if job)
+            todo = [key for key in todo if key not in ids]
+            continue
+        ids.update(zip(todo, new, strict=True))
+        return [ids[key] for key in order]
+    raise DrainerError(f"keys of queue {params['queue']!r}: their holders kept changing; "
+                       "nothing was enqueued")
+
+
+def _checked_rows(payloads: list[object], keys: list[str]) -> str:
+    """The [payload, key] pairs as one JSON document jsonb accepts, or BadInput naming
+    the first bad payload or key (found one by one only when the whole fails)."""
+    if len(keys) != len(payloads):
+        raise BadInput(f"keys: {len(keys)} keys for {len(payloads)} payloads (give one key "
+                       "for each payload); nothing was enqueued")
+    for n, key in enumerate(keys, 1):
+        if key is None:
+            raise BadInput(f"keys: payload {n} has no key (enqueue those without one in a "
+                           "call of their own); nothing was enqueued")
+        check_key(key)
+    try:
+        return encode_payload([[p, k] for p, k in zip(payloads, keys, strict=True)])
+    except BadInput:
+        for _ in _encoded(payloads):  # raises, naming the payload
+            pass
+        raise
 
 
 def claim(
@@ -162,27 +379,32 @@ def claim(
     *,
     now: datetime | None = None,
 ) -> list[Job]:
-    """Claim up to `batch_size` ready jobs, oldest run_at first; commits at once."""
-    return [Job(*row) for row in _claim(conn, queues, batch_size, lease, now).fetchall()]
+    """Claim up to `batch_size` ready jobs, highest priority then oldest run_at first
+    (oldest first on a table without priorities); commits at once."""
+    text = claim_sql(batch_size, sql.features(conn).priority)
+    return [Job(*row) for row in _claim(conn, text, queues, lease, now).fetchall()]
 
 
-def _claim(conn: psycopg.Connection, queues: Sequence[str], batch_size: int,
+def _claim(conn: psycopg.Connection, text: str, queues: Sequence[str],
            lease: timedelta, now: datetime | None = None) -> psycopg.Cursor:
     cursor = conn.cursor()
     # The rows are claimed once the statement commits: one payload that fails to
     # load must not lose the whole batch (nor crash every later drain).
     cursor.adapters.register_loader("jsonb", _PayloadLoader)
     params = {"queues": list(queues), "lease": lease, "now": now}
-    return sql.execute(cursor, claim_sql(batch_size), params)
+    return sql.execute(cursor, text, params)
 
 
 @lru_cache(maxsize=64)
-def claim_sql(limit: int) -> str:
-    """The claim with its LIMIT written as a literal. As a parameter, the planner
-    guesses a tenth of the table for it, so the prepared plan looks costly and every
-    claim is planned afresh, which takes as long as running it at small batches; with
-    a literal, one prepared plan per batch size serves every claim."""
-    return sql.QUERIES["claim"].replace("%(limit)s", str(int(limit)))
+def claim_sql(limit: int, by_priority: bool = False) -> str:
+    """The claim for the schema (by priority once `migrate` added it), with its LIMIT
+    written as a literal. As a parameter, the planner guesses a tenth of the table for
+    it, so the prepared plan looks costly and every claim is planned afresh, which takes
+    as long as running it at small batches; with a literal, one prepared plan per batch
+    size serves every claim."""
+    text = sql.variant("claim", claim_oldest="claim_by_priority") if by_priority else (
+        sql.QUERIES["claim"])
+    return text.replace("%(limit)s", str(int(limit)))
 
 
 _decode = json.JSONDecoder().decode
@@ -317,9 +539,10 @@ def settle(
     the next batch (queues, size, lease), in one round trip: the statements go out
     together in pipeline mode. Only what there is to send is sent."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
+    text = claim_sql(claim_next[1], sql.features(conn).priority) if claim_next else ""
     with sql.pipeline(conn):
         written = sql.run(conn, "settle", params) if params else None
-        claimed = _claim(conn, *claim_next, now) if claim_next else None
+        claimed = _claim(conn, text, claim_next[0], claim_next[2], now) if claim_next else None
     return _settled(written.fetchall() if written is not None else (),
                     [Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
 
@@ -411,14 +634,36 @@ def has_archive(conn: psycopg.Connection) -> bool:
     return sql.features(conn).archive
 
 
+class Requeued(list[int]):
+    """The ids `requeue` brought back, sorted; `held` maps each failed job it left
+    failed to the job that holds its key (a queued or running one, or the newest of
+    the requeued jobs with that key), since two jobs cannot hold one key."""
+
+    def __init__(self, ids: Iterable[int], held: dict[int, int]):
+        super().__init__(sorted(ids))
+        self.held = held
+
+
 def requeue(
     conn: psycopg.Connection, *, queue: str | None = None, ids: Sequence[int] = ()
-) -> list[int]:
+) -> Requeued:
     """Failed jobs of `queue` (cancelled ones left alone), or with these ids, back to
     queued with a fresh budget: max_attempts rises, attempts is never lowered (it is
-    the ownership token of every claim)."""
-    rows = sql.rows(conn, "requeue", {"queue": queue, "ids": list(ids)})
-    return sorted(row[0] for row in rows)
+    the ownership token of every claim). A job whose key is held stays failed (`held`).
+    A new holder committed meanwhile makes the update fail on the unique index: it is
+    undone to a savepoint, and the jobs looked at again."""
+    params: dict[str, object] = {"queue": queue, "ids": list(ids)}
+    for _ in range(CONFLICT_ROUNDS):
+        held = dict(sql.rows(conn, "requeue_held", params)) if sql.features(conn).key else {}
+        try:
+            with sql.transaction(conn):
+                rows = sql.rows(conn, "requeue", {**params, "skip": list(held)})
+        except BadInput as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                continue
+            raise
+        return Requeued((row[0] for row in rows), held)
+    raise DrainerError("requeue: the keys of these jobs kept being taken; nothing was requeued")
 
 
 def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:

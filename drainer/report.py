@@ -29,8 +29,16 @@ class TableHealth(TypedDict):
     last_vacuum: str | None
 
 
+class PriorityCount(TypedDict):
+    queue: str
+    priority: int
+    status: str
+    jobs: int
+
+
 class Stats(TypedDict):
     queues: list[QueueStatus]
+    priorities: list[PriorityCount] | None
     done_last_hour: dict[str, int] | None
     top_errors: dict[str, list[TopError]]
     table: TableHealth
@@ -39,11 +47,16 @@ class Stats(TypedDict):
 def stats(conn: psycopg.Connection) -> Stats:
     """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
     last hour (None without migration 5's done_at column); each queue's most frequent
-    errors; and table health."""
+    errors; table health; and jobs by priority in the queues that use priorities other
+    than 0 (None without migration 6's priority column)."""
     rows = sql.rows(conn, "stats")
     errors = sql.rows(conn, "top_errors", {"top": TOP_ERRORS})
     health = sql.row(conn, "table_health")
     done = dict(sql.rows(conn, "done_last_hour")) if sql.features(conn).done_at else None
+    priorities: list[PriorityCount] | None = [
+        {"queue": q, "priority": p, "status": status, "jobs": n}
+        for q, p, status, n in sql.rows(conn, "stats_priorities")
+    ] if sql.features(conn).priority else None
     queues: list[QueueStatus] = [
         {"queue": q, "status": status, "jobs": jobs,
          "oldest_ready_seconds": None if age is None else round(float(age), 1),
@@ -57,7 +70,8 @@ def stats(conn: psycopg.Connection) -> Stats:
     top: dict[str, list[TopError]] = {}
     for q, error, jobs, latest in errors:
         top.setdefault(q, []).append({"error": error, "jobs": jobs, "latest_id": latest})
-    return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table}
+    return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table,
+            "priorities": priorities}
 
 
 def _age(seconds: float | None) -> str:
@@ -80,6 +94,7 @@ def format_stats(data: Stats) -> str:
     if not rows:
         lines.append("(no jobs)")
     lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"]),
+              *_by_priority(data.get("priorities") or []),
               *_top_errors(data.get("top_errors") or {})]
     t = data["table"]
     lines.append("")
@@ -123,6 +138,22 @@ def _chart(rows: list[QueueStatus]) -> list[str]:
         lines.append(f"{label:<{name_width}}  {status:<7}  {jobs:>{digits},}  {bar}")
         previous = q
     return lines
+
+
+def _by_priority(rows: list[PriorityCount]) -> list[str]:
+    """Queued, running and failed jobs per priority, for the queues that use them."""
+    if not rows:
+        return []
+    counts: dict[tuple[str, int], dict[str, int]] = {}
+    for r in rows:
+        counts.setdefault((r["queue"], r["priority"]), {})[r["status"]] = r["jobs"]
+    head = ("queue", "priority", *DEPTH)
+    table = [(q, str(p), *(f"{c.get(s, 0):,}" for s in DEPTH)) for (q, p), c in counts.items()]
+    widths = [max(len(c) for c in col) for col in zip(head, *table, strict=True)]
+    return ["", "by priority (higher first; queues that use priorities other than 0):",
+            *("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                        enumerate(zip(row, widths, strict=True))).rstrip()
+              for row in (head, *table))]
 
 
 def _top_errors(top: dict[str, list[TopError]]) -> list[str]:

@@ -8,9 +8,10 @@ It also knows, once per connection, which optional objects the schema has.
 
 import re
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from importlib.resources import files
 from typing import Any
 
@@ -42,13 +43,27 @@ def _split(text: str, marker: re.Pattern[str]) -> dict[str, str]:
     return {k: _strip_comments(body) for k, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
-def _included(queries: dict[str, str]) -> dict[str, str]:
-    """Each `(:name)` in a statement replaced by the named statement, as a subquery."""
-    return {name: _INCLUDE.sub(lambda m: f"({queries[m[1]].rstrip(';')})", body)
-            for name, body in queries.items()}
+_PARTS: dict[str, str] = _split(_read("queries.sql"), _NAME)
 
 
-QUERIES: dict[str, str] = _included(_split(_read("queries.sql"), _NAME))
+def _expand(name: str, swaps: Mapping[str, str]) -> str:
+    """The named statement with each `(:part)` replaced by that statement as a subquery
+    (recursively), or by the one `swaps` names instead of it."""
+    def include(m: re.Match[str]) -> str:
+        return f"({_expand(swaps.get(m[1], m[1]), swaps).rstrip(';')})"
+
+    return _INCLUDE.sub(include, _PARTS[name])
+
+
+QUERIES: dict[str, str] = {name: _expand(name, {}) for name in _PARTS}
+
+
+@cache
+def variant(name: str, **swaps: str) -> str:
+    """The named statement with some of its included parts swapped for others: how one
+    statement serves two schemas (a table made by hand, a migrated one) without a
+    second copy of the parts they share."""
+    return _expand(name, swaps)
 MIGRATIONS: dict[int, str] = {
     int(k): v for k, v in _split(_read("schema.sql"), _MIGRATION).items()
 }
@@ -120,11 +135,15 @@ def copy(conn: psycopg.Connection, name: str) -> Iterator[psycopg.Copy]:
 @dataclass(frozen=True)
 class Features:
     """The optional parts of the schema (only `jobs` is required): whether `migrate`
-    created the version table, the archive table, and the done_at column."""
+    created the version table, the archive table, the done_at column, the priority
+    column (and the ready index that orders by it) and unique keys (the key column and
+    its unique index, which ON CONFLICT needs)."""
 
     versioned: bool
     archive: bool
     done_at: bool
+    priority: bool
+    key: bool
 
 
 _features: "weakref.WeakKeyDictionary[psycopg.Connection, Features]" = (
@@ -136,7 +155,7 @@ def features(conn: psycopg.Connection) -> Features:
     run on it since forgets it: `forget`)."""
     known = _features.get(conn)
     if known is None:
-        known = _features[conn] = Features(*row(conn, "features") or (False, False, False))
+        known = _features[conn] = Features(*row(conn, "features") or (False,) * 5)
     return known
 
 

@@ -3,6 +3,9 @@ cluster of its own.
 
     python -m tests.soak --drainers 16 --jobs 100000
 
+The producers mix plain jobs, keyed ones (keys repeated within a batch, and a
+producer enqueueing from a small pool of keys, some replacing, while the drains
+run) and priorities; every id an enqueue returns is recorded with it.
 The handler (tests/tasks/soak_handler.py) records every execution (job id, attempt,
 worker pid, outcome) in a side table and fails 5 % of the time. Each of the
 `--drainers` slots runs `drainer drain` processes one after another, as a
@@ -19,15 +22,16 @@ max_attempts. Leases are short so killed work comes back quickly.
 Once nothing but retries waiting out their backoff is left, their run_at is pulled
 to now (the backoff schedule has tests of its own; the soak is about ownership).
 
-At the end, after the leases have expired and a reaping run has passed: every job
-is done or failed; no claim's token (job, attempt) was issued twice without its
-owner giving it back, so no stale worker could write; no (job, attempt) was
-executed twice, so none was done twice by the same attempt; each job's attempts
-match its executions (none recorded beyond its attempts, a done job's last attempt
-executed and succeeded, a failed job at its max_attempts unless cancelled); nothing
-is left running; every summary balances (claimed = done + retried + failed +
-lost); every run exited 0, 3 (the database went away, in one line) or by kill -9,
-and the SIGTERM'd one exited 0. One verdict line with the counts; exit status 0
+At the end, after the leases have expired and a reaping run has passed: every job is
+done or failed; every id an enqueue returned is a job; no claim's token (job,
+attempt) was issued twice without its owner giving it back, so no stale worker could
+write; no (job, attempt) was executed twice, so none was done twice by the same
+attempt; each job's attempts match its executions (none recorded beyond its
+attempts, a done job's last attempt executed and succeeded, a failed job at its
+max_attempts unless cancelled); nothing is left running; every summary balances
+(claimed = done + retried + failed + lost); every run exited 0, 3 (the database went
+away, in one line) or by kill -9, and the SIGTERM'd one exited 0.
+One verdict line with the counts; exit status 0
 when every check holds.
 """
 
@@ -77,8 +81,14 @@ WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION soak_tokens()"""
 WORKER_ROLE = "soak_worker"  # the drainers' role, with an idle-session limit
 HIGH_ATTEMPTS = (40, 45)  # the always-failing jobs: attempts at the start, max_attempts
 ALWAYS_FAILING = 3
+# Every id a producer was given back, written in the enqueue's own transaction: with
+# keys, an enqueue may return a job it did not insert, and that job must be there too.
+ENQUEUED = "CREATE TABLE soak_enqueued (job_id bigint NOT NULL)"
+PRODUCED = 300  # keyed jobs enqueued while the drains run, from a pool of KEYS keys
+KEYS = 20
 PROGRESS = """
-SELECT count(*) FILTER (WHERE status IN ('done', 'failed')),
+SELECT count(*),
+       count(*) FILTER (WHERE status IN ('done', 'failed')),
        count(*) FILTER (WHERE status = 'running'),
        count(*) FILTER (WHERE status = 'queued' AND run_at <= now()),
        count(*) FILTER (WHERE status = 'queued' AND run_at > now())
@@ -103,6 +113,9 @@ CHECKS = {  # name: a query counting the rows that break the check
     "failed before max_attempts": """
         SELECT count(*) FROM jobs WHERE status = 'failed' AND attempts < max_attempts
           AND last_error IS DISTINCT FROM 'cancelled'""",
+    "enqueued but missing": """
+        SELECT count(*) FROM soak_enqueued e
+        WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id)""",
     "token issued twice": """
         SELECT count(*) FROM (SELECT 1 FROM soak_tokens GROUP BY job_id, attempts
                               HAVING count(*) FILTER (WHERE NOT released)
@@ -176,6 +189,7 @@ class Soak:
         self.cancelled: list[int] = []
         self.requeued = 0
         self.admin_errors: list[str] = []
+        self.produced = 0
 
     # --- the drainers -----------------------------------------------------------------
 
@@ -264,6 +278,29 @@ class Soak:
         self.paused += 1
         return True
 
+    def _produce(self) -> None:
+        """A producer racing the drains: keyed jobs from a small pool of keys (a held
+        key returns its holder, a finished one is free again), random priorities, some
+        replacing a queued holder; every id given back is recorded with the enqueue.
+        A connection lost (the restart) is opened again; the enqueue rolled back with it."""
+        produced = 0
+        while produced < PRODUCED and not self.finished.is_set():
+            try:
+                with psycopg.connect(self.url) as conn:
+                    while produced < PRODUCED:
+                        job = drainer.enqueue(
+                            conn, "soak", {"produced": produced},
+                            key=f"key-{self.random.randrange(KEYS)}",
+                            replace=self.random.random() < 0.3,
+                            priority=self.random.choice((-5, 0, 5, 50)))
+                        conn.execute("INSERT INTO soak_enqueued VALUES (%s)", (job,))
+                        conn.commit()
+                        produced += 1
+                        time.sleep(0.01)
+            except (drainer.DatabaseUnavailable, psycopg.OperationalError):
+                time.sleep(0.2)
+        self.produced = produced
+
     def _admin(self, *args: str) -> None:
         """A `drainer` admin command racing the drains; a failure is a problem."""
         proc = subprocess.run([sys.executable, "-m", "drainer", *args], capture_output=True,
@@ -312,22 +349,22 @@ class Soak:
         term_at, restart_at = self.random.uniform(0.1, 0.9), self.random.uniform(0.3, 0.7)
         threads = [threading.Thread(target=self._slot, args=(i,), daemon=True)
                    for i in range(c.drainers)]
-        for t in threads:
+        producer = threading.Thread(target=self._produce, daemon=True)
+        for t in [*threads, producer]:
             t.start()
         began = time.monotonic()
         conn = psycopg.connect(self.url, autocommit=True)
         problems = []
         try:
             while True:
-                finished, running, ready, waiting = conn.execute(PROGRESS).fetchone()
-                if finished == c.jobs + ALWAYS_FAILING:
+                total, finished, running, ready, waiting = conn.execute(PROGRESS).fetchone()
+                if finished == total and not producer.is_alive():
                     break
                 if time.monotonic() - began > c.timeout:
-                    problems.append(f"stalled: {c.jobs + ALWAYS_FAILING - finished} jobs "
-                                    "unfinished after "
+                    problems.append(f"stalled: {total - finished} jobs unfinished after "
                                     f"{c.timeout:.0f} s")
                     break
-                share = finished / c.jobs
+                share = finished / total
                 time.sleep(self.random.uniform(0, 0.2))  # a random moment, not the poll's
                 while at and share >= at[0] and self._kill():
                     at.pop(0)
@@ -399,7 +436,21 @@ def setup(url: str, jobs: int, idle_limit: float) -> None:
         conn.execute(f"CREATE ROLE {WORKER_ROLE} LOGIN SUPERUSER")
         conn.execute(f"ALTER ROLE {WORKER_ROLE} SET idle_session_timeout = "
                      f"'{int(idle_limit * 1000)}ms'")
-        drainer.enqueue_many(conn, "soak", ({"n": n} for n in range(jobs)))
+        conn.execute(ENQUEUED)
+        # Three producers: plain (COPY), unique keys at priority 5, and keys that repeat
+        # within their batch (one job per key) at priority -5; the ids they return are
+        # recorded in the same transaction.
+        third = jobs // 3
+        with conn.transaction():
+            drainer.enqueue_many(conn, "soak", ({"n": n} for n in range(jobs - 2 * third)))
+        for priority, key in ((5, lambda n: f"unique-{n}"), (-5, lambda n: f"twice-{n // 2}")):
+            with conn.transaction():
+                ids = drainer.enqueue_many(conn, "soak", [{"n": n} for n in range(third)],
+                                           keys=[key(n) for n in range(third)],
+                                           priority=priority)
+                with conn.cursor().copy("COPY soak_enqueued FROM STDIN") as copy:
+                    for job_id in ids:
+                        copy.write_row((job_id,))
         start, most = HIGH_ATTEMPTS
         for _ in range(ALWAYS_FAILING):
             job = drainer.enqueue(conn, "soak", {"always_fail": True}, max_attempts=most)
@@ -428,7 +479,7 @@ def run(config: Config) -> Result:
         problems = soak.drive()
         problems += soak.check_runs()
         broken, (done, failed, executions, failures, attempts) = final_checks(url, config.lease)
-    jobs = config.jobs + ALWAYS_FAILING
+    jobs = done + failed
     attempts -= ALWAYS_FAILING * HIGH_ATTEMPTS[0]  # those they started with
     problems += [f"{name}: {n}" for name, n in broken.items() if n]
     faults = Counter(r.fault for r in soak.runs if r.fault)
@@ -437,7 +488,8 @@ def run(config: Config) -> Result:
     stopped = (term.summary() or {}).get("stopped") if term else None
     verdict = (
         f"soak {'PASS' if not problems else 'FAIL'}: {jobs} jobs (done {done}, "
-        f"failed {failed}), {config.drainers} drainers, {len(soak.runs)} runs "
+        f"failed {failed}; with keys and priorities, {soak.produced} keyed enqueues "
+        f"racing the drains), {config.drainers} drainers, {len(soak.runs)} runs "
         f"(kill -9 {faults['kill -9']}, SIGSTOP past the lease {soak.paused}, "
         f"cancelled {len(soak.cancelled)} and requeues {soak.requeued} racing the drains, "
         f"SIGTERM {faults['SIGTERM']} -> exit "

@@ -19,7 +19,8 @@ def test_a_tiny_run_measures_every_figure_and_every_goal(tmp_path):
     out = tmp_path / "results.json"
     pg_bin = os.environ.get("DRAINER_TEST_PG_BIN")
     args = ["--runs", "1", "--jobs", "300", "--sleep-jobs", "40", "--enqueue-rows", "500",
-            "--finished", "2000", "--claims", "5", "--no-competitors", "--out", str(out),
+            "--finished", "2000", "--future", "2000", "--claims", "5", "--no-competitors",
+            "--out", str(out),
             *(["--pg-bin", pg_bin] if pg_bin else [])]
     proc = subprocess.run([sys.executable, "-m", "bench.speed", *args], cwd=ROOT,
                           env=clean_env(), capture_output=True, text=True, timeout=600)

@@ -1,6 +1,7 @@
 """The seed's lifecycle statements on a real PostgreSQL: claim, complete, fail, extend,
 reap, release, archive, next_due, enqueue."""
 
+import re
 from datetime import datetime, timedelta
 
 import psycopg
@@ -265,12 +266,13 @@ def test_claim_plan_uses_the_partial_index(conn):
     drainer.enqueue_many(conn, "other", ({"i": i} for i in range(5000)))
     conn.execute("ANALYZE jobs")
     plan = "\n".join(r[0] for r in conn.execute(
-        "EXPLAIN (COSTS OFF) " + queue.claim_sql(10),
+        "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, sql.features(conn).priority),
         {"queues": ["default"], "lease": LEASE, "now": None}))
     lines = [line.strip() for line in plan.splitlines()]
     at = next(i for i, line in enumerate(lines) if "LockRows" in line)
     assert "Limit" in lines[at - 1]
-    assert "Index Scan using jobs_ready_idx on jobs" in lines[at + 1]
+    # Every job at priority 0: the walk over priorities may take either ready index.
+    assert re.search(r"Index Scan using jobs_(ready|priority)_idx on jobs", lines[at + 1])
     assert "Seq Scan" not in plan
 
 

@@ -22,6 +22,8 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
     """The final checks on crafted rows: one violation of each, and a clean job."""
     conn.execute(soak.SIDE_TABLE)
     conn.execute(soak.TOKEN_LOG)
+    conn.execute(soak.ENQUEUED)
+    conn.execute("INSERT INTO soak_enqueued VALUES (1), (999999)")  # the second never was
     rows = {  # check broken: (status, attempts, max_attempts, executions as (attempt, ok))
         "clean": ("done", 2, 5, [(1, False), (2, True)]),
         "unfinished": ("queued", 1, 5, [(1, False)]),
@@ -56,4 +58,5 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
     assert broken == {"unfinished": 2, "running": 1, "duplicate executions": 2,
                       "done twice by one attempt": 1, "executions beyond attempts": 1,
                       "done without a successful last attempt": 1,
-                      "failed before max_attempts": 1, "token issued twice": 1}
+                      "failed before max_attempts": 1, "enqueued but missing": 1,
+                      "token issued twice": 1}

@@ -35,6 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="rows per bulk enqueue run (default 100,000)")
     p.add_argument("--finished", type=int, default=1_000_000,
                    help="finished rows for the claim latency figure (default 1,000,000)")
+    p.add_argument("--future", type=int, default=100_000,
+                   help="high-priority jobs due later for the claim latency figure "
+                        "(default 100,000)")
     p.add_argument("--claims", type=int, default=1_000,
                    help="claims timed per claim latency run (default 1,000)")
     p.add_argument("--no-competitors", action="store_true",
@@ -115,21 +118,25 @@ def measure_systems(systems: list[System], args: argparse.Namespace) -> dict:
 def measure_extras(server: pg.Server, args: argparse.Namespace) -> tuple[dict, dict]:
     url = server.create("enqueue")
     measure.prepare_history(url, 0)
-    rates = repeat(args.runs, "bulk enqueue (ours, bare COPY)",
+    rates = repeat(args.runs, "bulk enqueue (ours, bare COPY, with keys)",
                    lambda: measure.enqueue_rates(url, args.enqueue_rows))
-    enqueue = {"rows": args.enqueue_rows, "drainer": report.summary([r[0] for r in rates]),
-               "copy": report.summary([r[1] for r in rates])}
-    claim = {"finished": args.finished, "ready": 20_000, "claims": args.claims}
-    urls = {"empty": server.create("claim_empty"), "history": server.create("claim_history")}
-    log(f"claim latency: preparing {args.finished:,} finished rows")
+    enqueue = {"rows": args.enqueue_rows}
+    for i, name in enumerate(("drainer", "copy", "keyed")):
+        enqueue[name] = report.summary([r[i] for r in rates])
+    claim = {"finished": args.finished, "future_rows": args.future, "ready": 20_000,
+             "claims": args.claims}
+    urls = {"empty": server.create("claim_empty"), "history": server.create("claim_history"),
+            "future": server.create("claim_future")}
+    log(f"claim latency: preparing {args.finished:,} finished rows, {args.future:,} due later")
     measure.prepare_history(urls["empty"], 0)
     measure.prepare_history(urls["history"], args.finished)
-    # Both tables in every run, so a change of load between runs hits both alike.
-    runs = repeat(args.runs, "claim latency ms (no finished rows, finished rows)",
+    measure.prepare_future(urls["future"], args.future)
+    # Every table in every run, so a change of load between runs hits them alike.
+    runs = repeat(args.runs, "claim latency ms (no finished rows, finished rows, due later)",
                   lambda: tuple(round(measure.claim_latency(url, claim["ready"], args.claims), 4)
                                 for url in urls.values()))
-    claim["empty"] = report.summary([empty for empty, _ in runs])
-    claim["history"] = report.summary([history for _, history in runs])
+    for i, name in enumerate(urls):
+        claim[name] = report.summary([r[i] for r in runs])
     return enqueue, claim
 
 

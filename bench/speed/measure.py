@@ -52,15 +52,15 @@ def cold_start(system: System) -> float:
         raise Failed(str(exc)) from None
 
 
-def enqueue_rates(url: str, rows: int) -> tuple[float, float]:
-    """Rows per second of drainer.enqueue_many and of a bare COPY of the same rows
-    (the same four columns and values, json.dumps for the payload)."""
+def enqueue_rates(url: str, rows: int) -> tuple[float, float, float]:
+    """Rows per second of drainer.enqueue_many, of a bare COPY of the same rows (the
+    same four columns and values, json.dumps for the payload), and of enqueue_many
+    with a unique key for every row."""
     payloads = [{"n": i} for i in range(rows)]
+    keys = [f"job-{i}" for i in range(rows)]
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE jobs")
-        began = time.perf_counter()
-        drainer.enqueue_many(conn, "bench_noop", payloads)
-        ours = rows / (time.perf_counter() - began)
+        ours = rows / _timed(lambda: drainer.enqueue_many(conn, "bench_noop", payloads))
         conn.execute("TRUNCATE jobs")
         began = time.perf_counter()
         with conn.transaction():
@@ -69,7 +69,16 @@ def enqueue_rates(url: str, rows: int) -> tuple[float, float]:
                 for payload in payloads:
                     copy.write_row(("bench_noop", json.dumps(payload), now, 5))
         bare = rows / (time.perf_counter() - began)
-    return ours, bare
+        conn.execute("TRUNCATE jobs")
+        keyed = rows / _timed(lambda: drainer.enqueue_many(conn, "bench_noop", payloads,
+                                                           keys=keys))
+    return ours, bare, keyed
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
 
 
 def prepare_history(url: str, finished: int) -> None:
@@ -83,11 +92,24 @@ def prepare_history(url: str, finished: int) -> None:
         conn.execute("VACUUM (FREEZE, ANALYZE) jobs")  # the history's upkeep, done once
 
 
+def prepare_future(url: str, future: int) -> None:
+    """The jobs table with `future` jobs at the highest priority, due in a day: the rows
+    a claim by priority must not step over one by one."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+        conn.execute("""
+            INSERT INTO jobs (queue, payload, priority, run_at)
+            SELECT 'bench_noop', jsonb_build_object('n', g), 100, now() + interval '1 day'
+            FROM generate_series(1, %s) AS g""", (future,))
+        conn.execute("VACUUM (FREEZE, ANALYZE) jobs")
+
+
 def claim_latency(url: str, ready: int, claims: int) -> float:
     """Median milliseconds of drainer's claim of 10, over `claims` claims (after
-    WARM_UP more) from a queue of `ready` fresh jobs (the table's done rows are kept)."""
+    WARM_UP more) from a queue of `ready` fresh jobs (the table's done rows, and its
+    jobs due later, are kept)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DELETE FROM jobs WHERE status <> 'done'")
+        conn.execute("DELETE FROM jobs WHERE status <> 'done' AND run_at <= now()")
         drainer.enqueue_many(conn, "bench_noop", ({} for _ in range(ready)))
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("CHECKPOINT")  # no page writing left in the background to time

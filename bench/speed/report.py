@@ -67,6 +67,12 @@ def extras_table(results: dict) -> str:
         ["claim of 10, ms: no finished rows", cell(c.get("empty"), "{:.3f}")],
         [f"claim of 10, ms: {c['finished']:,} finished rows", cell(c.get("history"), "{:.3f}")],
     ]
+    if "keyed" in e:
+        rows.insert(2, ["bulk enqueue, rows/s: enqueue_many with keys",
+                        cell(e.get("keyed"), "{:,.0f}")])
+    if "future" in c:
+        rows.append([f"claim of 10, ms: {c['future_rows']:,} high-priority jobs due later",
+                     cell(c.get("future"), "{:.3f}")])
     return _table(["figure", "median (min – max)"], rows)
 
 
@@ -99,6 +105,19 @@ GOALS = [
          ("enqueue", "drainer"), ("enqueue", "copy"), 0.9, True),
     Goal("claim latency with 1M finished rows / with none",
          ("claim", "history"), ("claim", "empty"), 1.2, False),
+    Goal("drain, keys and priorities on every job / plain jobs, 1 process",
+         ("systems", "drainer, keys and priorities", "figures", "noop_1"),
+         ("systems", "drainer", "figures", "noop_1"), 0.9, True),
+    Goal("drain, keys and priorities on every job / plain jobs, 4 processes",
+         ("systems", "drainer, keys and priorities", "figures", "noop_4"),
+         ("systems", "drainer", "figures", "noop_4"), 0.9, True),
+    Goal("drain, keys and priorities on every job / the hand-made table, 1 process",
+         ("systems", "drainer, keys and priorities", "figures", "noop_1"),
+         ("systems", "drainer, hand-made table", "figures", "noop_1"), 0.9, True),
+    Goal("bulk enqueue with keys / without", ("enqueue", "keyed"), ("enqueue", "drainer"),
+         0.5, True),
+    Goal("claim latency with 100,000 high-priority jobs due later / with none",
+         ("claim", "future"), ("claim", "empty"), 1.2, False),
 ]
 
 

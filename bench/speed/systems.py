@@ -15,6 +15,7 @@ import psycopg
 
 import drainer
 from drainer.schema import migrate
+from drainer.sql import MIGRATIONS
 
 from . import pg, venvs
 
@@ -108,6 +109,38 @@ class Drainer(JobsTable):
         return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
                 "--tasks", "drainer_tasks", "--queue", f"bench_{kind}", *concurrency,
                 *self.extra]
+
+
+class DrainerKeyed(Drainer):
+    """drainer on jobs that each carry a unique key and one of four priorities: what
+    the unique index and the claim's walk over priorities cost a drain."""
+
+    name = "drainer, keys and priorities"
+    figures = ("noop_1", "noop_4")
+    PRIORITIES = (-10, 10, 20, 30)
+
+    def seed(self, kind: str, jobs: int) -> None:
+        share = -(-jobs // len(self.PRIORITIES))
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("TRUNCATE jobs")
+            for i, priority in enumerate(self.PRIORITIES):
+                n = range(i * share, min(jobs, (i + 1) * share))
+                drainer.enqueue_many(conn, f"bench_{kind}", ({} for _ in n),
+                                     keys=[f"job-{k}" for k in n], priority=priority)
+            conn.execute("VACUUM ANALYZE jobs")
+
+
+class DrainerHandMade(Drainer):
+    """drainer on the classic jobs table made by hand (migration 1 alone: no trigger,
+    no priority, no key): the plain table the keyed one is compared with."""
+
+    name = "drainer, hand-made table"
+    figures = ("noop_1", "noop_4")
+
+    def prepare(self) -> None:
+        System.prepare(self)
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(MIGRATIONS[1], prepare=False)
 
 
 class Handwritten(JobsTable):
@@ -224,7 +257,8 @@ class Procrastinate(Competitor):
 
 
 def all_systems(server: pg.Server, *, competitors: bool = True) -> list[System]:
-    systems = [Drainer(server), Drainer(server, "--batch-size", "10"),
+    systems = [Drainer(server), DrainerHandMade(server), DrainerKeyed(server),
+               Drainer(server, "--batch-size", "10"),
                Handwritten(server, "each"), Handwritten(server, "batch"),
                Pgbench(server, 10), Pgbench(server, 500)]
     if competitors:

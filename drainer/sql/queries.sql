@@ -28,12 +28,15 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 
 -- name: features
 -- The schema's optional parts (only `jobs` is required): the version table, the
--- archive table (else archiving deletes) and migration 5's done_at column.
+-- archive table (else archiving deletes), migration 5's done_at column, and
+-- migration 6's priority column and unique keys (the key column and its index).
 SELECT to_regclass('drainer_schema') IS NOT NULL,
        to_regclass('jobs_archive') IS NOT NULL,
-       EXISTS (SELECT FROM pg_attribute
-               WHERE attrelid = to_regclass('jobs') AND attname = 'done_at'
-                 AND NOT attisdropped);
+       'done_at' = ANY (c.names),
+       'priority' = ANY (c.names),
+       'key' = ANY (c.names) AND to_regclass('jobs_key_idx') IS NOT NULL
+FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
+      WHERE attrelid = to_regclass('jobs') AND attnum > 0 AND NOT attisdropped) AS c;
 
 -- name: start
 -- One statement at the start of a drain: reap every queue's expired leases (a
@@ -56,30 +59,16 @@ SELECT (SELECT count(*) FROM reaped), schema.*
 FROM (:features) AS schema;
 
 -- name: claim
--- The classic SKIP LOCKED claim, for several queues at once: each queue's oldest ready rows
--- come from jobs_ready_idx (Limit > LockRows > Index Scan), then the oldest
--- overall are taken. Rows locked but not taken are released at once by the commit.
--- queue.claim() writes %(limit)s as a literal (see there); the update finds the taken
--- rows through the primary key whatever the table's size, and they are returned oldest
--- first. A row whose attempts another producer left at the integer limit cannot count
--- one more: it fails alone, saying why, instead of failing the whole claim (a hand-made
--- table may allow NULL attempts: counted as 0).
--- The planner cannot see how many names an array parameter holds and guesses
--- 10; the no-op LIMIT makes it guess 1 (a tenth), or the plan it prepares looks ten
--- times dearer than a fresh one on a big table, and every claim is planned again.
-WITH next AS (
-  SELECT c.id
-  FROM (SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[])) AS q(name)
-  CROSS JOIN LATERAL (
-    SELECT id, run_at FROM jobs
-    WHERE queue = q.name AND status = 'queued' AND run_at <= coalesce(%(now)s, now())
-    ORDER BY run_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-  ) AS c
-  ORDER BY c.run_at
-  LIMIT %(limit)s
-), claimed AS (
+-- The classic SKIP LOCKED claim, for several queues at once: `next` picks the rows and
+-- ranks them (claim_oldest on a table without priorities, claim_by_priority once
+-- `migrate` added them: queue.claim() swaps one for the other), rows locked but not
+-- taken are released at once by the commit. queue.claim() writes %(limit)s as a
+-- literal (see there); the update finds the taken rows through the primary key
+-- whatever the table's size, and they are returned in their rank. A row whose attempts
+-- another producer left at the integer limit cannot count one more: it fails alone,
+-- saying why, instead of failing the whole claim (a hand-made table may allow NULL
+-- attempts: counted as 0).
+WITH next AS (:claim_oldest), claimed AS (
   UPDATE jobs j
   SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
                           THEN 'running' ELSE 'failed' END,
@@ -91,11 +80,78 @@ WITH next AS (
                           ELSE 'attempts is at the integer limit (2147483647): no attempt '
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
-  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.run_at, j.status
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status
 )
-SELECT id, queue, payload, attempts, max_attempts FROM claimed
-WHERE status = 'running'
-ORDER BY run_at, id;
+SELECT c.id, c.queue, c.payload, c.attempts, c.max_attempts
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- name: queues
+-- The queues of a claim, one row each, as q(name). The planner cannot see
+-- how many names an array parameter holds and guesses 10; the no-op LIMIT makes it
+-- guess 1 (a tenth), or the plan it prepares looks ten times dearer than a fresh one
+-- on a big table, and every claim is planned again.
+SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[]);
+
+-- name: claim_oldest
+-- `claim`'s rows on a table without priorities: each queue's oldest ready rows come
+-- from jobs_ready_idx (queue, run_at) (Limit > LockRows > Index Scan), then the
+-- oldest overall are taken.
+SELECT c.id, row_number() OVER (ORDER BY c.run_at, c.id) AS rank
+FROM (:queues) AS q(name)
+CROSS JOIN LATERAL (
+  SELECT id, run_at FROM jobs
+  WHERE queue = q.name AND status = 'queued' AND run_at <= coalesce(%(now)s, now())
+  ORDER BY run_at
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+) AS c
+ORDER BY c.run_at, c.id
+LIMIT %(limit)s;
+
+-- name: queue_priorities
+-- The distinct priorities of queue q.name's queued jobs, highest first (a part of
+-- statements that name their queue q): a loose index scan, one probe of
+-- jobs_priority_idx (queue, priority DESC, run_at) per priority, read lazily, so a
+-- claim that fills its batch from the highest priorities never looks at the others.
+WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL;
+
+-- name: claim_by_priority
+-- `claim`'s rows once `migrate` added priorities: each queue's ready rows, highest
+-- priority first, then oldest run_at; then the best overall are taken. Per queue and
+-- priority the scan is Limit > LockRows > Index Scan on jobs_priority_idx and stops
+-- at the first run_at in the future (while every job has priority 0 the planner may
+-- take jobs_ready_idx instead: the same rows, in the same order), so jobs due later at a high priority cost one probe,
+-- where one scan ordered by (priority, run_at) would step over each of them at every
+-- claim (PostgreSQL 18's skip scan avoids that, older servers do not).
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM (:queues) AS q(name)
+CROSS JOIN LATERAL (
+  SELECT p.priority, r.id, r.run_at
+  FROM (:queue_priorities) AS p
+  CROSS JOIN LATERAL (
+    SELECT id, run_at FROM jobs
+    WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+      AND run_at <= coalesce(%(now)s, now())
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+  ) AS r
+  LIMIT %(limit)s
+) AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT %(limit)s;
 
 -- name: settle
 -- Every change of state after the claim, for a whole batch in one statement, guarded:
@@ -159,7 +215,9 @@ WHERE j.id = ANY(%(ids)s::bigint[])
                 AND j.locked_until IS NULL END;
 
 -- name: archive_move
--- At most %(limit)s done rows older than the retention leave `jobs` for the archive.
+-- At most %(limit)s done rows older than the retention leave `jobs` for the archive,
+-- with every column the archive has (through jsonb, matched by name), so the statement
+-- stays the same whichever migrations added columns to both tables.
 WITH moved AS (
   DELETE FROM jobs
   WHERE id IN (
@@ -167,11 +225,13 @@ WITH moved AS (
     WHERE status = 'done' AND created_at < coalesce(%(now)s, now()) - %(older_than)s
     LIMIT %(limit)s
   )
-  RETURNING id, queue, payload, status, run_at, attempts, max_attempts, last_error, created_at
+  RETURNING *
 )
-INSERT INTO jobs_archive (id, queue, payload, status, run_at, attempts, max_attempts,
-                          last_error, created_at)
-SELECT * FROM moved
+INSERT INTO jobs_archive
+SELECT a.*
+FROM moved m
+CROSS JOIN LATERAL jsonb_populate_record(
+  NULL::jobs_archive, to_jsonb(m) || jsonb_build_object('archived_at', now())) AS a
 ON CONFLICT (id) DO NOTHING;
 
 -- name: archive_delete
@@ -213,31 +273,125 @@ FROM d, t;
 
 -- name: enqueue
 INSERT INTO jobs (queue, payload, run_at, max_attempts)
-VALUES (%(queue)s, %(payload)s::jsonb,
-        coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0')),
-        %(max_attempts)s)
+VALUES (%(queue)s, %(payload)s::jsonb, (:db_time), %(max_attempts)s)
 RETURNING id;
 
 -- name: db_time
 -- The database's notion of a run_at, so bulk COPY rows carry the server's clock.
 SELECT coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0'));
 
+-- name: enqueue_keyed
+-- One job with a priority or a key (migration 6), in one round trip: inserted, unless
+-- a queued or running job of the queue holds the key; then that holder's id, with its
+-- status, or 'replaced' when %(replace)s gave a queued holder the new payload, run_at
+-- and priority. No row: the holder that stopped the insert committed after this
+-- statement's snapshot, which cannot see it: queue.enqueue() asks again. ON CONFLICT
+-- DO NOTHING locks no row; the replacing UPDATE locks only a row it sees queued, but if
+-- a claim takes it meanwhile, the recheck leaves the running row locked until the
+-- caller commits (the worker's writes would wait): queue.enqueue() sends this in a
+-- savepoint and rolls back to it when that can have happened.
+WITH new AS (
+  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key)
+  VALUES (%(queue)s, %(payload)s::jsonb, (:db_time), %(max_attempts)s, %(priority)s,
+          %(key)s)
+  ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('queued', 'running')
+  DO NOTHING
+  RETURNING id
+), holder AS (
+  SELECT id, status FROM jobs
+  WHERE queue = %(queue)s AND key = %(key)s AND status IN ('queued', 'running')
+    AND NOT EXISTS (SELECT FROM new)
+), replaced AS (
+  UPDATE jobs j
+  SET payload = %(payload)s::jsonb, run_at = (:db_time), priority = %(priority)s
+  FROM holder h
+  WHERE %(replace)s AND j.id = h.id AND h.status = 'queued' AND j.status = 'queued'
+  RETURNING j.id
+)
+SELECT id, 'inserted' FROM new
+UNION ALL
+SELECT h.id, CASE WHEN r.id IS NULL THEN h.status ELSE 'replaced' END
+FROM holder h LEFT JOIN replaced r ON r.id = h.id;
+
+-- name: savepoint
+-- Around an enqueue that may replace a holder (queue.enqueue()), in the caller's transaction.
+SAVEPOINT drainer_enqueue;
+
+-- name: savepoint_rollback
+ROLLBACK TO SAVEPOINT drainer_enqueue;
+
+-- name: savepoint_release
+RELEASE SAVEPOINT drainer_enqueue;
+
 -- name: copy_jobs
 COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
 
+-- name: copy_jobs_priority
+COPY jobs (queue, payload, run_at, max_attempts, priority) FROM STDIN;
+
+-- name: enqueue_keyed_batch
+-- enqueue_many with keys: the rows of one JSON array of [payload, key] pairs (its keys
+-- distinct), inserted in their order; returns their ids, ascending, which is their
+-- order (drawn one by one as they are inserted). No ON CONFLICT, whose speculative
+-- insertion costs as much again per row as the insert: a key already held makes the
+-- statement fail on the unique index, and queue.enqueue_many() undoes it to a savepoint
+-- and sends the other keys again.
+WITH new AS (
+  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key)
+  SELECT %(queue)s, t.pair -> 0, %(run_at)s, %(max_attempts)s, %(priority)s, t.pair ->> 1
+  FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t(pair, n)
+  ORDER BY t.n
+  RETURNING id
+)
+SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM new;
+
+-- name: batch_holders
+-- enqueue_many with keys: the id of the job holding each of these keys in the queue
+-- (queued or running), in the keys' order, NULL for a key no job holds, as one array
+-- (100,000 rows would cost more to send and read than the lookups); the keys arrive
+-- as one JSON array, which Python writes several times faster than a text[]. Read
+-- when an insert failed on a held key. One probe of the unique index per key, as a
+-- subquery: a join could be planned as a nested loop over a seq scan (statistics
+-- taken before a bulk insert), one pass over the table per key.
+SELECT array_agg((SELECT j.id FROM jobs j
+                  WHERE j.queue = %(queue)s AND j.key = k.key
+                    AND j.status IN ('queued', 'running')) ORDER BY k.n)
+FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n);
+
 -- name: requeue
--- Failed jobs (these ids, or the queue's) back to queued with a fresh budget:
--- max_attempts rises by as many as it allowed (at least one more), and attempts is
--- never lowered, so no claim's token (id, attempts) is ever issued twice and a stale
--- worker still holding an old one can change nothing. The old error goes with the old
--- budget. A queue's requeue leaves cancelled jobs alone; by id they come back.
+-- Failed jobs (these ids, or the queue's, less those in %(skip)s) back to queued with a
+-- fresh budget: max_attempts rises by as many as it allowed (at least one more), and
+-- attempts is never lowered, so no claim's token (id, attempts) is ever issued twice
+-- and a stale worker still holding an old one can change nothing. The old error goes
+-- with the old budget. A queue's requeue leaves cancelled jobs alone; by id they come back.
 UPDATE jobs
 SET status = 'queued', run_at = now(), locked_until = NULL, last_error = NULL,
     max_attempts = least(2147483647, attempts::bigint + greatest(max_attempts, 1))::int
 WHERE status = 'failed'
   AND (id = ANY(%(ids)s::bigint[])
        OR (queue = %(queue)s AND last_error IS DISTINCT FROM 'cancelled'))
+  AND id <> ALL(%(skip)s::bigint[])
 RETURNING id;
+
+-- name: requeue_held
+-- The failed jobs `requeue` would bring back whose key is held, each with the job
+-- that holds it: a queued or running job, else the newest of those failed jobs with
+-- the same key (which comes back; two cannot).
+WITH failed AS (
+  SELECT id, queue, key FROM jobs
+  WHERE status = 'failed' AND key IS NOT NULL
+    AND (id = ANY(%(ids)s::bigint[])
+         OR (queue = %(queue)s AND last_error IS DISTINCT FROM 'cancelled'))
+)
+SELECT id, holder
+FROM (SELECT f.id, coalesce(
+               (SELECT h.id FROM jobs h WHERE h.queue = f.queue AND h.key = f.key
+                  AND h.status IN ('queued', 'running')),
+               (SELECT max(o.id) FROM failed o WHERE o.queue = f.queue AND o.key = f.key))
+             AS holder
+      FROM failed f) AS held
+WHERE holder <> id
+ORDER BY id;
 
 -- name: cancel
 -- Withdraw a queued or running job; the four statuses (queued, running, done, failed) stay the only ones.
@@ -257,6 +411,17 @@ SELECT j.queue, j.status, count(*) AS jobs,
 FROM jobs j
 GROUP BY j.queue, j.status
 ORDER BY j.queue, j.status;
+
+-- name: stats_priorities
+-- `stats`: jobs queued, running and failed by queue and priority, for the queues where
+-- one of them has a priority other than 0 (migration 6).
+SELECT queue, priority, status, count(*)
+FROM jobs
+WHERE status IN ('queued', 'running', 'failed')
+  AND queue IN (SELECT queue FROM jobs
+                WHERE priority <> 0 AND status IN ('queued', 'running', 'failed'))
+GROUP BY queue, priority, status
+ORDER BY queue, priority DESC, status;
 
 -- name: top_errors
 -- `stats`: each queue's most frequent errors among the jobs that failed for good or
@@ -337,9 +502,9 @@ FROM jobs
 WHERE status IN ('queued', 'running');
 
 -- name: doctor_ready_index
--- Whether jobs_ready_idx exists and is valid (NULL: missing), and the planner's row
--- estimate of jobs (-1 before the first ANALYZE).
-SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('jobs_ready_idx')),
+-- Whether a ready index (jobs_ready_idx, jobs_priority_idx) exists and is valid (NULL:
+-- missing), and the planner's row estimate of jobs (-1 before the first ANALYZE).
+SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)),
        (SELECT reltuples FROM pg_class WHERE oid = to_regclass('jobs'))::float8;
 
 -- name: explain

@@ -77,3 +77,31 @@ CREATE TRIGGER jobs_done_at
 BEFORE UPDATE OF status ON jobs
 FOR EACH ROW WHEN (NEW.status = 'done' AND OLD.status IS DISTINCT FROM 'done')
 EXECUTE FUNCTION jobs_done_at();
+
+-- migration: 6  unique keys, priorities and meta
+-- key: unique per queue while a job holding it is queued or running (the partial unique
+-- index is what enqueue's ON CONFLICT DO NOTHING relies on); done or failed, the key is
+-- free. priority: higher first, then the oldest run_at. meta: what is about the job
+-- rather than its payload, carried to the archive. The archive carries every column.
+ALTER TABLE jobs
+  ADD COLUMN IF NOT EXISTS key      text,
+  ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0
+                                    CHECK (priority BETWEEN -100 AND 100),
+  ADD COLUMN IF NOT EXISTS meta     jsonb;
+
+ALTER TABLE jobs_archive
+  ADD COLUMN IF NOT EXISTS key      text,
+  ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS meta     jsonb,
+  ADD COLUMN IF NOT EXISTS done_at  timestamptz;
+
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON jobs (queue, key)
+WHERE key IS NOT NULL AND status IN ('queued', 'running');
+
+-- The claim by priority walks this index one priority at a time (see `queue_priorities`
+-- in queries.sql), so each scan still stops at the first run_at in the future: jobs due
+-- later at a high priority cost one probe per claim, not one index entry each.
+-- jobs_ready_idx stays as it is: the classic statements (next_due here, and any
+-- older drainer or hand-written loop on the same table) keep their ordered scan.
+CREATE INDEX IF NOT EXISTS jobs_priority_idx ON jobs (queue, priority DESC, run_at)
+WHERE status = 'queued';
