@@ -160,7 +160,7 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
     if decision.action == "wake" and scheduler is None:
         log.warning("a job is due at %s but wake-ups are not configured "
                     "(DRAINER_SCHEDULE_GROUP, DRAINER_SCHEDULER_ROLE_ARN); the backstop "
-                    "schedule will run it", decision.at,
+                    "schedule will run it", decision.at.isoformat() if decision.at else "?",
                     extra={"data": {"event": "wake_unconfigured"}})
         return "not armed"
     from botocore.exceptions import BotoCoreError, ClientError
