@@ -136,14 +136,15 @@ def copy(conn: psycopg.Connection, name: str) -> Iterator[psycopg.Copy]:
 class Features:
     """The optional parts of the schema (only `jobs` is required): whether `migrate`
     created the version table, the archive table, the done_at column, the priority
-    column (and the ready index that orders by it) and unique keys (the key column and
-    its unique index, which ON CONFLICT needs)."""
+    column (and the ready index that orders by it), unique keys (the key column and
+    its unique index, which ON CONFLICT needs) and the result column."""
 
     versioned: bool
     archive: bool
     done_at: bool
     priority: bool
     key: bool
+    result: bool
 
 
 _features: "weakref.WeakKeyDictionary[psycopg.Connection, Features]" = (
@@ -155,7 +156,7 @@ def features(conn: psycopg.Connection) -> Features:
     run on it since forgets it: `forget`)."""
     known = _features.get(conn)
     if known is None:
-        known = _features[conn] = Features(*row(conn, "features") or (False,) * 5)
+        known = _features[conn] = Features(*row(conn, "features") or (False,) * 6)
     return known
 
 

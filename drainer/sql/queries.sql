@@ -28,13 +28,15 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 
 -- name: features
 -- The schema's optional parts (only `jobs` is required): the version table, the
--- archive table (else archiving deletes), migration 5's done_at column, and
--- migration 6's priority column and unique keys (the key column and its index).
+-- archive table (else archiving deletes), migration 5's done_at column,
+-- migration 6's priority column and unique keys (the key column and its index), and
+-- migration 7's result column.
 SELECT to_regclass('drainer_schema') IS NOT NULL,
        to_regclass('jobs_archive') IS NOT NULL,
        'done_at' = ANY (c.names),
        'priority' = ANY (c.names),
-       'key' = ANY (c.names) AND to_regclass('jobs_key_idx') IS NOT NULL
+       'key' = ANY (c.names) AND to_regclass('jobs_key_idx') IS NOT NULL,
+       'result' = ANY (c.names)
 FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
       WHERE attrelid = to_regclass('jobs') AND attnum > 0 AND NOT attisdropped) AS c;
 

@@ -105,3 +105,14 @@ WHERE key IS NOT NULL AND status IN ('queued', 'running');
 -- older drainer or hand-written loop on the same table) keep their ordered scan.
 CREATE INDEX IF NOT EXISTS jobs_priority_idx ON jobs (queue, priority DESC, run_at)
 WHERE status = 'queued';
+
+-- migration: 7  results, and archiving failed jobs
+-- result: a task's return value when it keeps results (@task(keep_result=True)),
+-- written by the same guarded statement that marks the job done; the archive keeps it.
+-- jobs_failed_idx: failed rows by run_at (the start of their last attempt: no column
+-- records when a job failed), so archiving failed jobs after their own retention reads
+-- only the old ones.
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS result jsonb;
+ALTER TABLE jobs_archive ADD COLUMN IF NOT EXISTS result jsonb;
+
+CREATE INDEX IF NOT EXISTS jobs_failed_idx ON jobs (run_at) WHERE status = 'failed';
