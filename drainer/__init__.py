@@ -1,7 +1,9 @@
 """drainer: background jobs out of a plain PostgreSQL table, drained by short-lived runs.
 
-The library API: `task` registers handlers; `enqueue`/`enqueue_many` add jobs in the
-caller's transaction; the lifecycle functions are the classic jobs-table statements.
+The library API: `task` registers handlers (with their retry policy: `Exponential`,
+`Constant`; a handler may raise `Retry` or `Snooze`); `enqueue`/`enqueue_many` add jobs
+in the caller's transaction; `result` reads a kept return value; the lifecycle functions
+are the classic jobs-table statements.
 """
 
 __version__ = "0.1.0"
@@ -12,6 +14,7 @@ from .errors import (
     ConfigError,
     DatabaseUnavailable,
     DrainerError,
+    NoResult,
     SchemaMissing,
     StatementCancelled,
 )
@@ -29,14 +32,17 @@ from .queue import (
     reap,
     release,
     requeue,
+    result,
 )
+from .retry import Constant, Exponential, Retry, Snooze
 from .run import Options, Summary, drain
 from .schema import migrate
-from .tasks import task
+from .tasks import Task, task
 
 __all__ = [
-    "AuthenticationFailed", "BadInput", "ConfigError", "DatabaseUnavailable", "DrainerError",
-    "Job", "Options", "SchemaMissing", "StatementCancelled", "Summary", "__version__",
-    "archive", "cancel", "claim", "complete", "drain", "enqueue", "enqueue_many", "extend",
-    "fail", "migrate", "next_due", "reap", "release", "requeue", "task",
+    "AuthenticationFailed", "BadInput", "ConfigError", "Constant", "DatabaseUnavailable",
+    "DrainerError", "Exponential", "Job", "NoResult", "Options", "Retry", "SchemaMissing",
+    "Snooze", "StatementCancelled", "Summary", "Task", "__version__", "archive", "cancel",
+    "claim", "complete", "drain", "enqueue", "enqueue_many", "extend", "fail", "migrate",
+    "next_due", "reap", "release", "requeue", "result", "task",
 ]

@@ -14,14 +14,15 @@ import logging
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import NamedTuple
 
 from . import clock
 from .errors import DrainerError, redact
-from .queue import Job, Undecodable
-from .tasks import Handler, timeout_of
+from .queue import Job, Setback, Undecodable, encode_payload
+from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def _bounded(text: str) -> str:
     return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
 
 
-def _unawaited(result: object) -> tuple[str, None] | None:
+def _unawaited(result: object) -> Setback | None:
     """A failure when a handler returned a coroutine or an async generator (an
     `async def` in some wrapper @task could not see): called on a thread it only
     created the work, and the job must not be marked done."""
@@ -50,9 +51,19 @@ def _unawaited(result: object) -> tuple[str, None] | None:
         close = getattr(result, "close", None)
         if close is not None:
             close()  # no "never awaited" warning: the failure says it instead
-        return ("TypeError: the handler returned an awaitable without running it (an "
-                "`async def`, perhaps wrapped); drainer cannot run async handlers yet"), None
+        return Setback("TypeError: the handler returned an awaitable without running it (an "
+                       "`async def`, perhaps wrapped); drainer cannot run async handlers yet")
     return None
+
+
+def _kept(result: object) -> str | Setback:
+    """The return value of a task that keeps results, as JSON text; a value that is
+    not JSON fails the job for good (running it again would return the same)."""
+    try:
+        return encode_payload(result)
+    except DrainerError as exc:
+        return Setback(f"TypeError: the return value cannot be kept as the job's result "
+                       f"(keep_result=True): {str(exc).removeprefix('the payload ')}", "failed")
 
 
 def describe(exc: BaseException) -> str:
@@ -92,12 +103,22 @@ def trace(exc: BaseException) -> str:
     return text if len(text) <= MAX_TRACEBACK else text[: MAX_TRACEBACK - 1] + "…"
 
 
+class Ended(NamedTuple):
+    """How one handler's run ended: a setback (None: it returned), its kept result
+    (JSON text, for a task that keeps results) and its traceback (`--verbose`)."""
+
+    setback: Setback | None = None
+    kept: str | None = None
+    traced: str | None = None
+
+
 @dataclass
 class Outcome:
     """What became of a batch, before it is written back."""
 
     succeeded: list[Job] = field(default_factory=list)
-    failed: list[tuple[Job, str]] = field(default_factory=list)
+    failed: list[tuple[Job, Setback]] = field(default_factory=list)
+    results: dict[int, str] = field(default_factory=dict)  # kept return values, as JSON
     unstarted: list[Job] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)  # jobs found taken over, never recorded above
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
@@ -111,7 +132,7 @@ class Batch:
     def __init__(
         self,
         jobs: Sequence[Job],
-        handlers: dict[str, Handler],
+        handlers: Mapping[str, Handler],
         *,
         concurrency: int,
         lease: timedelta,
@@ -127,7 +148,7 @@ class Batch:
         seconds)` hears how long each handler ran. `tracebacks`: keep each raised
         exception's traceback in the outcome (`--verbose`; formatting costs)."""
         self.pending = deque(jobs)
-        self.handlers = handlers
+        self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
         self.threads = min(concurrency, len(jobs))
         self.lease = lease.total_seconds()
         self.extend = extend
@@ -177,7 +198,7 @@ class Batch:
             if not self._fresh() and not self.unconfirmable:
                 self.unconfirmable = not self._heartbeat()
 
-    def _finish(self, job: Job, error: tuple[str, str | None] | None) -> bool:
+    def _finish(self, job: Job, ended: "Ended") -> bool:
         """Record a handler's result; False when it came after the job's timeout (this
         thread's place has gone to another) or after the batch ended: it changes
         nothing."""
@@ -189,11 +210,13 @@ class Batch:
                 self.took(job, clock.monotonic() - self.started[job.id])
             if job.id in self.outcome.lost:
                 return True  # no longer ours: its result must change nothing
-            if error is None:
+            setback, kept, traced = ended
+            if setback is None:
                 self.outcome.succeeded.append(job)
+                if kept is not None:
+                    self.outcome.results[job.id] = kept
                 return True
-            message, traced = error
-            self.outcome.failed.append((job, message))
+            self.outcome.failed.append((job, setback))
             if traced is not None:
                 self.outcome.tracebacks[job.id] = traced
             return True
@@ -210,16 +233,22 @@ class Batch:
                     if not self.active:
                         self.idle.set()
 
-    def _call(self, job: Job) -> tuple[str, str | None] | None:
-        """Run the job's handler: None when it returned, else what went wrong and,
-        when asked for, the exception's traceback."""
+    def _call(self, job: Job) -> "Ended":
+        """Run the job's handler: what went wrong (None when it returned), its kept
+        result, and when asked for, the exception's traceback."""
         if isinstance(job.payload, Undecodable):
-            return f"the payload cannot be loaded: {job.payload.reason}", None
+            return Ended(Setback(f"the payload cannot be loaded: {job.payload.reason}"))
+        task = self.tasks[job.queue]
         try:
-            result = self.handlers[job.queue](job)  # the return value is ignored...
+            result = task.fn(job)
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
-            return describe(exc), trace(exc) if self.tracebacks else None
-        return _unawaited(result)  # ...unless it is work that never ran
+            return Ended(task.policy.judge(job, exc, describe(exc)),
+                         traced=trace(exc) if self.tracebacks else None)
+        unawaited = _unawaited(result)  # work that never ran
+        if unawaited is not None or not task.keep_result:
+            return Ended(unawaited)
+        kept = _kept(result)
+        return Ended(kept) if isinstance(kept, Setback) else Ended(kept=kept)
 
     def _spawn(self) -> None:
         clock.spawn(self._work)
@@ -229,7 +258,7 @@ class Batch:
         stuck thread's place to a fresh one."""
         with self.lock:
             late = [(job, limit) for job in self.running.values()
-                    if (limit := timeout_of(self.handlers[job.queue])) is not None
+                    if (limit := self.tasks[job.queue].timeout) is not None
                     and now - self.started[job.id] >= limit]
             for job, limit in late:
                 del self.running[job.id]
@@ -237,9 +266,10 @@ class Batch:
                 if self.took:
                     self.took(job, limit)
                 if job.id not in self.outcome.lost:
-                    self.outcome.failed.append(
-                        (job, f"TimeoutError: the handler ran longer than its {limit:g} s "
-                              "timeout and was abandoned"))
+                    late_error = TimeoutError(f"the handler ran longer than its {limit:g} s "
+                                              "timeout and was abandoned")
+                    self.outcome.failed.append((job, self.tasks[job.queue].policy.judge(
+                        job, late_error, describe(late_error))))
         for _ in late:
             self._spawn()
 

@@ -28,7 +28,7 @@ from .errors import BadInput, ConfigError, DrainerError, password_of, redact
 from .progress import Progress, closing
 from .run import Options, Summary, drain
 from .settings import Setting, flag, nonnegative_seconds, positive_int
-from .tasks import Handler, select
+from .tasks import Handler, Task, select
 
 log = logging.getLogger("drainer")
 
@@ -307,7 +307,7 @@ def _open(args: argparse.Namespace, *, db: config.Database | None = None,
     return conn
 
 
-def _handlers(args: argparse.Namespace) -> tuple[dict[str, Handler], list[str]]:
+def _handlers(args: argparse.Namespace) -> tuple[dict[str, Task], list[str]]:
     try:
         return select(args.tasks, args.queue)
     except ConfigError as exc:
@@ -344,7 +344,7 @@ def _options(args: argparse.Namespace, queues: list[str]) -> Options:
     return s.Drain.resolve(vars(args)).options(queues, _deadline(args))
 
 
-def _drain_with_progress(args: argparse.Namespace, handlers: dict[str, Handler],
+def _drain_with_progress(args: argparse.Namespace, handlers: Mapping[str, Handler],
                          options: Options, *,
                          db: config.Database | None = None) -> Summary:
     """A drain with progress on stderr, reconnecting if its session drops."""

@@ -31,6 +31,15 @@ class BadInput(DrainerError):
     exit_code = 2
 
 
+class NoResult(DrainerError, LookupError):
+    """`drainer.result` of a job that has no result: none such, not done yet (`status`
+    says which), failed, or done by a task that does not keep results."""
+
+    def __init__(self, message: str, status: str | None = None):
+        super().__init__(message)
+        self.status = status
+
+
 class DatabaseUnavailable(DrainerError):
     """The server cannot be reached, or went away mid-run."""
 

@@ -18,6 +18,7 @@ from .errors import DrainerError
 DEFAULT_LIMIT = 20
 DEFAULT_WIDTH = 120  # when stdout is no terminal and COLUMNS is unset
 MIN_WIDTH = 40
+JSON_COLUMNS = ("payload", "result", "meta")  # pretty-printed by `show`
 _FRACTION = re.compile(r"\.\d+(?=[+-]|$)")
 
 
@@ -109,13 +110,14 @@ def _loads(text: str) -> dict[str, object]:
 
 
 def format_job(row: dict[str, object], archived: bool) -> str:
-    """`key  value` lines in column order; the payload pretty-printed and every value
-    in full, continued lines indented under the first."""
+    """`key  value` lines in column order; the payload, result and meta pretty-printed
+    and every value in full, continued lines indented under the first."""
     pad = max(len(key) for key in row) + 2
     lines = [f"job {row.get('id', '?')}" + (" (archived: in jobs_archive)" if archived else "")]
     for key, value in row.items():
-        text = _value(value) if key != "payload" else json.dumps(value, indent=2,
-                                                                  ensure_ascii=False)
+        text = (json.dumps(value, indent=2, ensure_ascii=False)
+                if key == "payload" or (key in JSON_COLUMNS and value is not None)
+                else _value(value))
         first, *rest = text.split("\n")
         lines.append(f"{key.ljust(pad)}{first}".rstrip())
         lines += [" " * pad + line for line in rest]

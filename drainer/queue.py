@@ -8,7 +8,7 @@ database clock says another time; production passes None and `now()` decides.
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,7 +22,7 @@ from psycopg.types.json import JsonbLoader
 
 from . import sql
 from .db import storable
-from .errors import BadInput, ConfigError, DrainerError, translated
+from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
 
 ARCHIVE_BATCH = 10_000
 # The jobs table's column default; the COPY path must write it explicitly.
@@ -57,6 +57,24 @@ class Job:
     payload: Any  # the JSON value as json.loads returns it, or Undecodable
     attempts: int
     max_attempts: int
+
+
+class Setback(NamedTuple):
+    """A started job that did not complete, as `settle` writes it: the error (`Type:
+    message`), where the job goes ('retry': queued again after `delay`, or failed for
+    good at max_attempts; 'failed': for good at once; 'snooze': queued again after
+    `delay`, the attempt not counted) and the delay (None: the default backoff)."""
+
+    error: str
+    then: str = "retry"
+    delay: timedelta | None = None
+
+
+Failures = Sequence[tuple[Job, "str | Setback"]]  # a failure: its error, or a Setback
+
+
+def _setback(failure: "str | Setback") -> Setback:
+    return failure if isinstance(failure, Setback) else Setback(failure)
 
 
 def _literal(values: Iterable[object]) -> str:
@@ -440,11 +458,12 @@ def complete(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
 
 def fail(
     conn: psycopg.Connection,
-    failures: Sequence[tuple[Job, str]],
+    failures: Failures,
     *,
     now: datetime | None = None,
 ) -> dict[int, str]:
-    """Record failures (retry with backoff, or failed at max_attempts).
+    """Record failures: each an error (retried with the default backoff, or failed at
+    max_attempts), or a Setback saying where the job goes.
 
     Returns {id: new status} for the jobs that were still ours.
     """
@@ -474,22 +493,25 @@ def extend(
 def _guarded(
     conn: psycopg.Connection,
     *,
-    failures: Sequence[tuple[Job, str]] = (),
+    failures: Failures = (),
     done: Sequence[Job] = (),
     released: Sequence[Job] = (),
     now: datetime | None = None,
 ) -> dict[str, object] | None:
     """The parameters of `settle`, the one guarded batch write, where each row carries
     its target; None when there is nothing to write. Failures come first: the errors
-    array, shorter than the ids, is padded with NULLs for the rows after them (and the
-    delays, none yet: the default backoff for all)."""
-    parts = (("retry", [job for job, _ in failures]), ("done", done), ("queued", released))
-    jobs = [job for _, group in parts for job in group]
+    and delays arrays, shorter than the ids, are padded with NULLs for the rows after
+    them (and the delays are sent only when one is not the default backoff)."""
+    setbacks = [_setback(failure) for _, failure in failures]
+    jobs = [*(job for job, _ in failures), *done, *released]
     if not jobs:
         return None
-    return {**_pairs(jobs), "targets": _literal([t for t, group in parts for _ in group]),
-            "errors": [storable(error, conn) for _, error in failures] or None,
-            "delays": None, "now": now}
+    targets = [s.then for s in setbacks] + ["done"] * len(done) + ["queued"] * len(released)
+    return {**_pairs(jobs), "targets": _literal(targets),
+            "errors": [storable(s.error, conn) for s in setbacks] or None,
+            "delays": ([s.delay for s in setbacks]
+                       if any(s.delay is not None for s in setbacks) else None),
+            "now": now}
 
 
 class Failure(NamedTuple):
@@ -519,28 +541,35 @@ def _settled(rows: Iterable[tuple[Any, ...]], claimed: list[Job]) -> Settled:
     for job_id, target, status, run_at in rows:
         if target == "done":
             settled.done.add(job_id)
-        elif target == "retry":
-            settled.failed[job_id] = Failure(status, run_at)
-        else:
+        elif target == "queued":
             settled.released.add(job_id)
+        else:  # a setback: retry, failed or snooze
+            settled.failed[job_id] = Failure(status, run_at)
     return settled
 
 
 def settle(
     conn: psycopg.Connection,
     succeeded: Sequence[Job],
-    failures: Sequence[tuple[Job, str]],
+    failures: Failures,
     unstarted: Sequence[Job],
     *,
+    results: Mapping[int, str] | None = None,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """Complete, fail and release a batch's jobs in one guarded statement, and claim
     the next batch (queues, size, lease), in one round trip: the statements go out
-    together in pipeline mode. Only what there is to send is sent."""
+    together in pipeline mode. `results` ({id: JSON text}) are the return values of
+    succeeded jobs whose task keeps them, written first. Only what there is to send is
+    sent."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
     text = claim_sql(claim_next[1], sql.features(conn).priority) if claim_next else ""
     with sql.pipeline(conn):
+        if results:
+            kept = [job for job in succeeded if job.id in results]
+            sql.run(conn, "keep_results", {**_pairs(kept),
+                                           "results": [results[job.id] for job in kept]})
         written = sql.run(conn, "settle", params) if params else None
         claimed = _claim(conn, text, claim_next[0], claim_next[2], now) if claim_next else None
     return _settled(written.fetchall() if written is not None else (),
@@ -550,20 +579,25 @@ def settle(
 def settle_again(
     conn: psycopg.Connection,
     succeeded: Sequence[Job],
-    failures: Sequence[tuple[Job, str]],
+    failures: Failures,
     *,
+    results: Mapping[int, str] | None = None,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """`settle` on a new session after the first one's answer was lost with its
     session: without the release (whose outcome is unknown), and counting as ours the
     completions and failures of the first send that had landed (else reported lost)."""
-    settled = settle(conn, succeeded, failures, (), claim_next=claim_next, now=now)
+    settled = settle(conn, succeeded, failures, (), results=results, claim_next=claim_next,
+                     now=now)
     done = [job for job in succeeded if job.id not in settled.done]
-    failed = [(job, error) for job, error in failures if job.id not in settled.failed]
+    failed = [(job, _setback(f)) for job, f in failures if job.id not in settled.failed]
     if done or failed:
-        params = {**_pairs([*done, *(job for job, _ in failed)]),
-                  "errors": [None] * len(done) + [storable(e, conn) for _, e in failed]}
+        jobs = [*done, *(job for job, _ in failed)]
+        params = {**_pairs(jobs),
+                  "targets": _literal(["done"] * len(done) + [s.then for _, s in failed]),
+                  "errors": [None] * len(done) + [storable(s.error, conn) for _, s in failed],
+                  "budgets": [job.max_attempts for job in jobs]}
         for job_id, status, run_at in sql.rows(conn, "landed", params):
             if status == "done":
                 settled.done.add(job_id)
@@ -632,6 +666,37 @@ def next_due(
 def has_archive(conn: psycopg.Connection) -> bool:
     """Whether `migrate` created the archive table (else archiving deletes)."""
     return sql.features(conn).archive
+
+
+def result(conn: psycopg.Connection, job_id: int) -> Any:
+    """The return value a done job's task kept (keep_result=True), from jobs or the
+    archive, as JSON loads it. NoResult (a LookupError) when there is none: no such
+    job, not done yet (its `status` says), failed (its error says why), or its task
+    did not keep results."""
+    if not has_results(conn):
+        raise ConfigError("the jobs table has no result column: run `drainer migrate`")
+    found = sql.row(conn, "job_result", {"id": job_id})
+    if found is None and has_archive(conn):
+        found = sql.row(conn, "archived_job_result", {"id": job_id})
+    if found is None:
+        raise NoResult(f"no job {job_id}")
+    status, kept, error = found
+    if status == "failed":
+        raise NoResult(f"job {job_id} failed: {error}", status)
+    if status != "done":
+        raise NoResult(f"job {job_id} is {status}: no result yet", status)
+    if kept is None:
+        raise NoResult(f"job {job_id} is done, and its task keeps no result (@task(..., "
+                       "keep_result=True) keeps them)", status)
+    value = _loads(kept.encode())
+    if isinstance(value, Undecodable):
+        raise NoResult(f"job {job_id}: its result cannot be loaded: {value.reason}", status)
+    return value
+
+
+def has_results(conn: psycopg.Connection) -> bool:
+    """Whether `migrate` added the result column (tasks that keep results need it)."""
+    return sql.features(conn).result
 
 
 class Requeued(list[int]):

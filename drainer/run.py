@@ -10,7 +10,7 @@ import logging
 import math
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -20,7 +20,7 @@ import psycopg
 from . import clock, queue
 from .batch import Batch, Outcome
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
-from .tasks import Handler, timeout_of
+from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class Link:
 
 def drain(
     conn: psycopg.Connection,
-    handlers: dict[str, Handler],
+    handlers: Mapping[str, Handler],
     options: Options,
     *,
     stop: threading.Event | None = None,
@@ -229,11 +229,13 @@ def drain(
     return summary
 
 
-def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: threading.Event,
+def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: threading.Event,
            summary: Summary, on_batch: Callable[[Summary], None] | None,
            on_claim: Callable[[], None] | None) -> None:
     """The drain's steps, counted into `summary` as they happen."""
     summary.reaped, has_archive = link.send(lambda c: queue.start(c, now=clock.database_now()))
+    tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
+    _check_results(link.conn, [t for name, t in tasks.items() if name in options.queues])
     sizer = Sizer(options.batch_size, options.concurrency)
 
     def remaining() -> float | None:
@@ -248,7 +250,7 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
 
     def may_start(job: queue.Job) -> bool:
         return not stop.is_set() and sizer.may_start(
-            remaining(), job.queue, timeout_of(handlers[job.queue]))
+            remaining(), job.queue, tasks[job.queue].timeout)
 
     size, summary.stopped = next_size()
     sent = clock.monotonic()
@@ -259,7 +261,7 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
     while jobs:
         batch_began = clock.monotonic()
         outcome = Batch(
-            jobs, handlers, concurrency=options.concurrency, lease=options.lease,
+            jobs, tasks, concurrency=options.concurrency, lease=options.lease,
             extend=lambda js: link.send(
                 lambda c: queue.extend(c, js, options.lease, now=clock.database_now())),
             may_start=may_start, stop=stop, confirmed=sent,
@@ -287,6 +289,15 @@ def _drain(link: Link, handlers: dict[str, Handler], options: Options, stop: thr
         due.next_due, due.run_at, due.lease_end, due.now)
 
 
+def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:
+    """ConfigError before any claim when a task keeps results the table cannot hold."""
+    keeping = sorted(t.queue for t in tasks if t.keep_result)
+    if keeping and not queue.has_results(conn):
+        raise ConfigError(f"the task of queue {', '.join(map(repr, keeping))} keeps results "
+                          "(keep_result=True), but the jobs table has no result column: run "
+                          "`drainer migrate` to add it")
+
+
 def _settle(link: Link, outcome: Outcome,
             claim_next: tuple[list[str], int, timedelta] | None) -> queue.Settled:
     """Write a batch back with the next claim in one round trip. If the session drops,
@@ -295,9 +306,11 @@ def _settle(link: Link, outcome: Outcome,
     another worker may hold those jobs now. They are left to their lease."""
     return link.send(
         lambda c: queue.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
-                               claim_next=claim_next, now=clock.database_now()),
+                               results=outcome.results, claim_next=claim_next,
+                               now=clock.database_now()),
         lambda c: queue.settle_again(c, outcome.succeeded, outcome.failed,
-                                     claim_next=claim_next, now=clock.database_now()))
+                                     results=outcome.results, claim_next=claim_next,
+                                     now=clock.database_now()))
 
 
 def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:
@@ -323,19 +336,29 @@ def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:
     """One stderr line per failed attempt that was still ours once written back: the
     summary's counts alone (`retried 14`) leave a user no way to learn why short of
     psql. A failure no longer ours changed nothing and is counted lost instead."""
-    for job, error in outcome.failed:
+    for job, setback in outcome.failed:
         failure = settled.failed.get(job.id)
-        if failure is not None:
-            _log_failure(job, error, failure, outcome.tracebacks.get(job.id))
+        if failure is None:
+            continue
+        if setback.then == "snooze":
+            log.info("job %d (queue %s) snoozed until %s: %s", job.id, job.queue,
+                     failure.run_at.isoformat(), setback.error,
+                     extra={"data": {"event": "job_snoozed", "id": job.id, "queue": job.queue,
+                                     "until": failure.run_at}})
+        else:
+            _log_failure(job, setback, failure, outcome.tracebacks.get(job.id))
 
 
-def _log_failure(job: queue.Job, error: str, failure: queue.Failure, traced: str | None
-                 ) -> None:
+def _log_failure(job: queue.Job, setback: queue.Setback, failure: queue.Failure,
+                 traced: str | None) -> None:
     """The failure as one line (a multi-line message shows its newlines as \\n), and
     as structured fields for the cloud function's JSON logs; a retry is a warning, a
     job failed for good an error. `traced` (--verbose) follows, indented."""
     retry = failure.status == "queued"
-    then = f"retry at {failure.run_at.isoformat()}" if retry else "failed for good"
+    then = (f"retry at {failure.run_at.isoformat()}" if retry else "failed for good" + (
+        " (its task's retry_on does not name this exception)" if setback.then == "failed"
+        else ""))
+    error = setback.error
     shown = error.replace("\r", "\\r").replace("\n", "\\n")
     # A hand-made table may hold a NULL max_attempts, which the fail statement reads as 5.
     limit = queue.DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts

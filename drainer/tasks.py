@@ -1,45 +1,123 @@
 """`@task("queue")`: the registry of functions that do the work, and loading their modules."""
 
+import copy
+import functools
 import importlib
 import inspect
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+import psycopg
+
+from . import queue
 from .errors import ConfigError
 from .queue import Job, check_queue
+from .retry import Backoff, Policy
 
 Handler = Callable[[Job], object]
 
-_REGISTRY: dict[str, Handler] = {}
+
+class Task:
+    """What `@task` returns: the function, still callable as itself, with its queue and
+    its policies. `.enqueue` and `.enqueue_many` need no queue name and apply the
+    task's defaults (max_attempts); `drain()` callers may pass a Task as a handler."""
+
+    def __init__(self, fn: Handler, queue: str, *, timeout: float | timedelta | None = None,
+                 max_attempts: int | None = None, backoff: Backoff | None = None,
+                 retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+                 keep_result: bool = False):
+        where = f"@task({queue!r})"
+        self.fn = fn
+        self.queue = check_queue(queue)
+        self.timeout = _seconds(timeout, where)
+        self.max_attempts = _attempts(max_attempts, where)
+        if backoff is not None and not callable(backoff):
+            raise ConfigError(f"{where}: backoff must be a function of the attempt number "
+                              "(drainer.Exponential(), drainer.Constant(30), a lambda...)")
+        self.policy = Policy(backoff, _exceptions(retry_on, where))
+        self.keep_result = bool(keep_result)
+        functools.update_wrapper(self, fn)
+
+    def of(self, fn: Handler) -> "Task":
+        """This task's queue and policies for another function."""
+        made = copy.copy(self)
+        made.fn = fn
+        functools.update_wrapper(made, fn)
+        return made
+
+    def __call__(self, *args: Any, **kwargs: Any) -> object:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<task {getattr(self.fn, '__qualname__', self.fn)!r} of queue {self.queue!r}>"
+
+    def _defaults(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options.get("max_attempts") is None and self.max_attempts is not None:
+            options["max_attempts"] = self.max_attempts
+        return options
+
+    def enqueue(self, conn: psycopg.Connection, payload: object, **options: Any) -> int:
+        """`drainer.enqueue` on this task's queue, with its defaults."""
+        return queue.enqueue(conn, self.queue, payload, **self._defaults(options))
+
+    def enqueue_many(self, conn: psycopg.Connection, payloads: Iterable[object],
+                     **options: Any) -> int | list[int]:
+        """`drainer.enqueue_many` on this task's queue, with its defaults."""
+        found: int | list[int] = queue.enqueue_many(conn, self.queue, payloads,
+                                                    **self._defaults(options))
+        return found
 
 
-@dataclass(frozen=True)
-class Timed:
-    """A handler with a time limit, called like the function it wraps; what
-    `@task(queue, timeout=...)` registers, and what `drain()` callers may pass."""
-
-    fn: Handler
-    timeout: float  # seconds
-
-    def __call__(self, job: Job) -> object:
-        return self.fn(job)
+def _seconds(timeout: float | timedelta | None, where: str) -> float | None:
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if seconds is not None and (isinstance(seconds, bool) or not (
+            isinstance(seconds, int | float) and 0 < seconds < float("inf"))):
+        raise ConfigError(f"{where}: timeout must be a number of seconds above 0")
+    return seconds
 
 
-def timeout_of(handler: Handler) -> float | None:
-    """The handler's time limit in seconds, or None when it may run as long as it likes."""
-    return handler.timeout if isinstance(handler, Timed) else None
+def _attempts(max_attempts: int | None, where: str) -> int | None:
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(
+            max_attempts, int) or not 1 <= max_attempts <= 2147483647):
+        raise ConfigError(f"{where}: max_attempts must be a whole number from 1 up")
+    return max_attempts
 
 
-def task(queue: str, *, timeout: float | timedelta | None = None
-         ) -> Callable[[Handler], Handler]:
-    """Register the decorated function as the handler of `queue`.
+def _exceptions(retry_on: type[BaseException] | Iterable[type[BaseException]] | None,
+                where: str) -> tuple[type[BaseException], ...] | None:
+    if retry_on is None:
+        return None
+    given: object = retry_on
+    types = tuple(given) if isinstance(given, list | tuple | set | frozenset) else (given,)
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise ConfigError(f"{where}: retry_on must name exception classes")
+    return types
 
-    Returning completes the job, whatever the function returns (the value is
-    ignored, so it need not be serialisable); raising, or calling sys.exit, retries
-    it with backoff, and fails it for good at max_attempts.
+
+def as_task(queue: str, handler: Handler) -> Task:
+    """The handler as a Task: itself, or a plain function with the default policies."""
+    return handler if isinstance(handler, Task) else Task(handler, queue)
+
+
+_REGISTRY: dict[str, Task] = {}
+
+
+def task(queue: str, *, timeout: float | timedelta | None = None,
+         max_attempts: int | None = None, backoff: Backoff | None = None,
+         retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+         keep_result: bool = False) -> Callable[[Handler], Task]:
+    """Register the decorated function as the handler of `queue`; returns a Task.
+
+    Returning completes the job (`keep_result`: the return value is stored on the job
+    as JSON, for `drainer.result`; one that is not JSON fails the job for good).
+    Raising, or calling sys.exit, retries it after the `backoff` (by default
+    least(1 hour, 10 s * 2^attempt)), and fails it for good at max_attempts;
+    `retry_on` (exception classes): any other exception fails the job at once.
+    `drainer.Retry` and `drainer.Snooze` ask for a retry or a snooze explicitly.
+    `max_attempts`: the default for jobs enqueued through the task object.
 
     `timeout`: a run still going after this many seconds fails the job with a
     TimeoutError (retried like any failure) and the drain goes on. Python cannot
@@ -47,29 +125,31 @@ def task(queue: str, *, timeout: float | timedelta | None = None
     returns later changes nothing. Without a timeout a handler runs as long as it
     likes, its lease extended while the process lives.
     """
-    check_queue(queue)
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if seconds is not None and not (
-            isinstance(seconds, int | float) and 0 < seconds < float("inf")):
-        raise ConfigError(f"@task({queue!r}): timeout must be a number of seconds above 0")
+    # Built now, so that a bad option is an error where @task(...) is written.
+    shape = Task(_unset, queue, timeout=timeout, max_attempts=max_attempts, backoff=backoff,
+                 retry_on=retry_on, keep_result=keep_result)
 
-    def register(fn: Handler) -> Handler:
+    def register(fn: Handler) -> Task:
         if inspect.iscoroutinefunction(fn):  # called on a thread, it would only make a coroutine
             raise ConfigError(f"@task({queue!r}): {fn.__qualname__} is `async def`, which "
                               "drainer cannot run yet; make it a plain function (it may "
                               "call asyncio.run)")
-        _REGISTRY[queue] = fn if seconds is None else Timed(fn, seconds)
-        return fn
+        made = _REGISTRY[queue] = shape.of(fn)
+        return made
 
     return register
 
 
-def registered() -> dict[str, Handler]:
+def _unset(job: Job) -> object:
+    raise NotImplementedError("a task's shape before @task is applied to its function")
+
+
+def registered() -> dict[str, Task]:
     """Queue name -> handler, for every task imported so far."""
     return dict(_REGISTRY)
 
 
-def replace_registry(handlers: dict[str, Handler]) -> dict[str, Handler]:
+def replace_registry(handlers: dict[str, Task]) -> dict[str, Task]:
     """Make `handlers` the registered tasks and return the ones they replace. For
     tests (drainer.testing.separate_tasks): a module registers its tasks once, when
     first imported, so the registry is put back afterwards rather than emptied."""
@@ -79,7 +159,7 @@ def replace_registry(handlers: dict[str, Handler]) -> dict[str, Handler]:
     return previous
 
 
-def load(modules: Iterable[str]) -> dict[str, Handler]:
+def load(modules: Iterable[str]) -> dict[str, Task]:
     """Import the task modules; a module that fails to import is a ConfigError showing why."""
     if "" not in sys.path:
         sys.path.insert(0, "")  # the console script, unlike `python -m`, omits the cwd
@@ -107,7 +187,7 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}{location}"
 
 
-def select(modules: Iterable[str], queues: Sequence[str]) -> tuple[dict[str, Handler], list[str]]:
+def select(modules: Iterable[str], queues: Sequence[str]) -> tuple[dict[str, Task], list[str]]:
     """Load the task modules and pick the queues to drain (every queue with a task
     when `queues` is empty); ConfigError when there are no tasks or a queue has none."""
     modules = list(modules)

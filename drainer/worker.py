@@ -11,7 +11,7 @@ Both connections reopen with backoff when they drop.
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -172,7 +172,7 @@ def _reopen(opener: Opener, exc: Exception, stop: threading.Event) -> psycopg.Co
 def work(
     claims: Opener,
     listen: Opener,
-    handlers: dict[str, Handler],
+    handlers: Mapping[str, Handler],
     options: Options,
     *,
     poll_interval: float = DEFAULT_POLL,

@@ -13,7 +13,7 @@ import drainer
 from drainer.batch import MAX_ERROR, describe
 from drainer.errors import ConfigError
 from drainer.run import Options, drain
-from drainer.tasks import Timed, registered, task
+from drainer.tasks import Task, registered, task
 from tests.helpers import count, drainer_process, run_cli, summary_of, wait_until
 
 
@@ -99,7 +99,7 @@ def test_a_handler_past_its_timeout_is_failed_and_its_late_result_changes_nothin
     drainer.enqueue(conn, "default", {"kind": "late"})
     drainer.enqueue_many(conn, "default", [{"kind": "quick"}] * 6)
 
-    s = drain(conn, {"default": Timed(handler, 0.3)},
+    s = drain(conn, {"default": Task(handler, "default", timeout=0.3)},
               Options(queues=["default"], batch_size=7, concurrency=1))
 
     assert (s.stopped, s.claimed, s.done, s.retried, s.lost) == ("empty", 7, 6, 1, 0)
@@ -116,8 +116,8 @@ def test_task_timeouts_are_checked():
         with pytest.raises(drainer.ConfigError, match="timeout"):
             task("checked", timeout=bad)
     task("checked", timeout=timedelta(seconds=2))(lambda job: None)
-    from drainer.tasks import registered, timeout_of
-    assert timeout_of(registered()["checked"]) == 2.0
+    from drainer.tasks import registered
+    assert registered()["checked"].timeout == 2.0
 
 
 def test_a_hung_handler_with_a_timeout_fails_its_job_and_the_run_goes_on(db_url, tmp_path):

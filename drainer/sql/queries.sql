@@ -159,35 +159,58 @@ LIMIT %(limit)s;
 -- Every change of state after the claim, for a whole batch in one statement, guarded:
 -- a row changes only while it is still running with the token (id, attempts) this
 -- worker claimed it with. Each row carries where it goes: 'done'; 'retry', a failed
--- attempt (queued again after its delay, NULL for the default backoff least(1 hour,
--- 10 s * 2^attempts), or failed for good at max_attempts), with its error; 'queued',
--- released unstarted, the attempt given back. (A heartbeat is `extend`: it changes no
+-- attempt (queued again after its delay, or failed for good at max_attempts), with its
+-- error; 'failed', for good at once (an exception the task does not retry), with its
+-- error; 'snooze', queued again after its delay with the attempt not counted: its
+-- budget (max_attempts) rises by one, since attempts, the token, is never lowered;
+-- 'queued', released unstarted, the attempt given back. A NULL delay is the default
+-- backoff least(1 hour, 10 s * 2^attempts). (A heartbeat is `extend`: it changes no
 -- state, and sets only locked_until, so a user's UPDATE OF trigger stays quiet.) Returns
--- the rows still ours, with each retry's new run_at, so the failure's log line says
--- when it is due (a done row's run_at may be a time Python cannot hold: not read).
--- The backoff's exponent is capped before the power (2^9 * 10 s is past the hour
--- already): 10 s * 2^40 overflows, and would fail the whole batch. A NULL
+-- the rows still ours, with the new run_at of each job queued again, so the log line
+-- says when it is due (a done row's run_at may be a time Python cannot hold: not read).
+-- A job failed for good keeps the run_at of its last attempt (archiving judges its age
+-- by it). The backoff's exponent is capped before the power (2^9 * 10 s is past the
+-- hour already): 10 s * 2^40 overflows, and would fail the whole batch. A NULL
 -- max_attempts (a hand-made table may allow it) counts as the column default, 5.
 -- Arrays shorter than ids (errors, delays) are padded with NULLs by unnest.
 UPDATE jobs j
-SET status       = CASE WHEN t.target <> 'retry' THEN t.target
+SET status       = CASE WHEN t.target = 'snooze' THEN 'queued'
+                        WHEN t.target <> 'retry' THEN t.target
                         WHEN j.attempts >= coalesce(j.max_attempts, 5) THEN 'failed'
                         ELSE 'queued' END,
     attempts     = CASE WHEN t.target = 'queued' THEN j.attempts - 1 ELSE j.attempts END,
-    run_at       = CASE WHEN t.target = 'retry'
+    max_attempts = CASE WHEN t.target = 'snooze'
+                        THEN least(coalesce(j.max_attempts, 5)::bigint + 1, 2147483647)::int
+                        ELSE j.max_attempts END,
+    run_at       = CASE WHEN t.target = 'snooze' OR (
+                          t.target = 'retry' AND j.attempts < coalesce(j.max_attempts, 5))
                         THEN coalesce(%(now)s, now()) + coalesce(
                                t.delay, least(interval '1 hour', interval '10 seconds'
                                               * 2 ^ least(greatest(j.attempts, 0), 12)))
                         ELSE j.run_at END,
     locked_until = NULL,
-    last_error   = CASE WHEN t.target = 'retry' THEN t.error ELSE j.last_error END
+    last_error   = CASE WHEN t.target IN ('retry', 'failed') THEN t.error
+                        ELSE j.last_error END
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
             %(errors)s::text[], %(delays)s::interval[],
             array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
      AS t(id, attempts, target, error, delay, status)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id, t.target, j.status, CASE WHEN t.target = 'retry' THEN j.run_at END;
+RETURNING j.id, t.target, j.status,
+          CASE WHEN j.status = 'queued' AND t.target <> 'queued' THEN j.run_at END;
+
+-- name: keep_results
+-- The return values of jobs whose task keeps results, written just before `settle`
+-- marks them done, in the same round trip and guarded the same way (a job no longer
+-- ours keeps what it had). Sent only when the batch has results to keep.
+UPDATE jobs j
+SET result = t.result
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::jsonb[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, result, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts;
 
 -- name: extend
 -- Lease heartbeat for jobs still running; returns the ids still ours.
@@ -203,18 +226,24 @@ RETURNING j.id;
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
 -- landed before it was sent again: a job done with our token can only be our
--- completion (a started job is never released, so no one else held that token), and
--- a failure is ours if the row has our token, our error and no lease. Returns each
--- such id with its status, and a failure's run_at (a done row's may be a time Python
--- cannot hold, so it is not read).
-SELECT j.id, j.status, CASE WHEN t.error IS NOT NULL THEN j.run_at END
+-- completion (a started job is never released, so no one else held that token); a
+-- failure is ours if the row has our token, our error and no lease; a snooze, if the
+-- row is queued with our token, no lease and a budget above the one we claimed it
+-- with (only a requeue after a reap could do that too, and the row is the same).
+-- Returns each such id with its status, and run_at unless done (a done row's may be a
+-- time Python cannot hold, so it is not read).
+SELECT j.id, j.status, CASE WHEN t.target <> 'done' THEN j.run_at END
 FROM jobs j
-JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[])
-     AS t(id, attempts, error) ON j.id = t.id AND j.attempts = t.attempts
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
+            %(errors)s::text[], %(budgets)s::int[])
+     AS t(id, attempts, target, error, budget) ON j.id = t.id AND j.attempts = t.attempts
 WHERE j.id = ANY(%(ids)s::bigint[])
-  AND CASE WHEN t.error IS NULL THEN j.status = 'done'
-           ELSE j.status IN ('queued', 'failed') AND j.last_error = t.error
-                AND j.locked_until IS NULL END;
+  AND CASE t.target
+        WHEN 'done' THEN j.status = 'done'
+        WHEN 'snooze' THEN j.status = 'queued' AND j.locked_until IS NULL
+                           AND j.max_attempts > coalesce(t.budget, 5)
+        ELSE j.status IN ('queued', 'failed') AND j.last_error = t.error
+             AND j.locked_until IS NULL END;
 
 -- name: archive_move
 -- At most %(limit)s done rows older than the retention leave `jobs` for the archive,
@@ -459,6 +488,15 @@ SELECT row_to_json(j)::text FROM jobs j WHERE j.id = %(id)s;
 -- name: show_archived_job
 -- `drainer show` of a job no longer in `jobs`, when `migrate` created the archive.
 SELECT row_to_json(a)::text FROM jobs_archive a WHERE a.id = %(id)s;
+
+-- name: job_result
+-- `drainer.result`: a job's status, its kept return value (JSON text; NULL when none
+-- was kept) and last error, from jobs.
+SELECT status, result::text, last_error FROM jobs WHERE id = %(id)s;
+
+-- name: archived_job_result
+-- `drainer.result` of a job no longer in `jobs`, when `migrate` created the archive.
+SELECT status, result::text, last_error FROM jobs_archive WHERE id = %(id)s;
 
 -- name: table_health
 SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum
