@@ -7,7 +7,9 @@ The producers mix plain jobs, keyed ones (keys repeated within a batch, and a
 producer enqueueing from a small pool of keys, some replacing, while the drains
 run) and priorities; every id an enqueue returns is recorded with it.
 The handler (tests/tasks/soak_handler.py) records every execution (job id, attempt,
-worker pid, outcome) in a side table and fails 5 % of the time. Each of the
+worker pid, outcome) in a side table and fails 5 % of the time; its task retries only
+some exceptions, a few first attempts fail at once, snooze or raise Retry, and each
+success keeps its attempt number as the job's result. Each of the
 `--drainers` slots runs `drainer drain` processes one after another, as a
 scheduler would, until every job is finished. Meanwhile drainers are killed with
 kill -9 at random moments, one in the middle of its run is sent SIGTERM (another,
@@ -28,7 +30,8 @@ attempt) was issued twice without its owner giving it back, so no stale worker c
 write; no (job, attempt) was executed twice, so none was done twice by the same
 attempt; each job's attempts match its executions (none recorded beyond its
 attempts, a done job's last attempt executed and succeeded, a failed job at its
-max_attempts unless cancelled); nothing is left running; every summary balances
+max_attempts unless cancelled or failed at once, a done job's kept result written by
+its last attempt); nothing is left running; every summary balances
 (claimed = done + retried + failed + lost); every run exited 0, 3 (the database went
 away, in one line) or by kill -9, and the SIGTERM'd one exited 0.
 One verdict line with the counts; exit status 0
@@ -54,6 +57,7 @@ import drainer
 from drainer.schema import migrate
 from tests.cluster import Cluster
 from tests.helpers import clean_env
+from tests.tasks.soak_handler import FATAL
 
 SIDE_TABLE = """
 CREATE TABLE soak_executions (
@@ -110,9 +114,13 @@ CHECKS = {  # name: a query counting the rows that break the check
         SELECT count(*) FROM jobs j WHERE j.status = 'done' AND NOT EXISTS (
           SELECT 1 FROM soak_executions e
           WHERE e.job_id = j.id AND e.attempts = j.attempts AND e.ok)""",
-    "failed before max_attempts": """
+    "failed before max_attempts": f"""
         SELECT count(*) FROM jobs WHERE status = 'failed' AND attempts < max_attempts
-          AND last_error IS DISTINCT FROM 'cancelled'""",
+          AND last_error IS DISTINCT FROM 'cancelled'
+          AND last_error IS DISTINCT FROM 'ValueError: {FATAL}'""",
+    "done without the last attempt's result": """
+        SELECT count(*) FROM jobs WHERE status = 'done'
+          AND result IS DISTINCT FROM jsonb_build_object('attempt', attempts)""",
     "enqueued but missing": """
         SELECT count(*) FROM soak_enqueued e
         WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id)""",

@@ -1,6 +1,7 @@
 """The soak's task (tests/soak.py): records each execution in `soak_executions` (job
 id, attempt, worker pid, outcome), works SOAK_JOB_SECONDS, then fails SOAK_FAIL_RATE
-of the time.
+of the time; some first attempts fail at once, snooze or ask for a retry (PLANNED),
+and a success keeps its attempt number as the job's result.
 
 The record is the handler's side effect, committed before the handler returns, so
 the soak can tell what ran from what the queue says."""
@@ -12,7 +13,7 @@ import time
 
 import psycopg
 
-from drainer import task
+from drainer import Retry, Snooze, task
 
 FAIL_RATE = float(os.environ.get("SOAK_FAIL_RATE", "0.05"))
 JOB_SECONDS = float(os.environ.get("SOAK_JOB_SECONDS", "0"))
@@ -38,10 +39,24 @@ def _insert(*row: object) -> None:
         _conn().execute(sql, row)
 
 
-@task("soak")
+# Jobs whose first attempt goes another way, by id: failed at once (an exception the
+# task does not retry), snoozed, or retried on request.
+PLANNED = {7: "fatal", 11: "snooze", 13: "retry"}  # job id % 50
+FATAL = "soak: a planned fatal error"
+
+
+@task("soak", retry_on=(RuntimeError, TimeoutError), keep_result=True)
 def record(job):
-    ok = not job.payload.get("always_fail") and random.random() >= FAIL_RATE
+    plan = PLANNED.get(job.id % 50) if job.attempts == 1 else None
+    ok = plan is None and not job.payload.get("always_fail") and random.random() >= FAIL_RATE
     _insert(job.id, job.attempts, os.getpid(), ok)
     time.sleep(JOB_SECONDS)
+    if plan == "fatal":
+        raise ValueError(FATAL)
+    if plan == "snooze":
+        raise Snooze("soak: a planned snooze", delay=1)
+    if plan == "retry":
+        raise Retry("soak: a planned retry", delay=0)
     if not ok:
         raise RuntimeError("soak: a planned failure")
+    return {"attempt": job.attempts}  # kept: the soak checks it is the last attempt's
