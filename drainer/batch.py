@@ -32,6 +32,11 @@ MAX_TRACEBACK = 20_000  # characters of a traceback shown by --verbose
 # session idle limit of a minute or more (a pooler's, a proxy's, a NAT gateway's 350 s)
 # never sees the drain's connection idle while handlers run.
 MAX_HEARTBEAT = 60.0
+# While a running job's handler has looked at `job.cancelled`, heartbeats come at least
+# this often (seconds): the heartbeat is what finds a job cancelled or taken over, and a
+# handler that watches for it should not go on for a third of the lease in vain.
+# Batches whose handlers never look keep the slower pace.
+CANCEL_CHECK = 5.0
 # A job starts only while the lease its batch last confirmed (the claim, a heartbeat)
 # is younger than this share of the lease; past it, a heartbeat confirms first. A
 # worker paused past its lease (SIGSTOP, a long GC pause, a sleeping laptop) must not
@@ -291,7 +296,19 @@ class Batch:
             self.outcome.lost |= gone & (self.running.keys() | {j.id for j in self.pending})
             self.pending = deque(j for j in self.pending if j.id not in gone)
             self.confirmed, self.confirmed_wall = sent, sent_wall
+            # Their handlers may stop: nothing they do now changes anything.
+            lost = [job for job in self.running.values() if job.id in self.outcome.lost]
+        for job in lost:
+            job.cancelled.set()
         return True
+
+    def _interval(self, steady: float) -> float:
+        """Seconds between heartbeats: `steady`, or CANCEL_CHECK at most while a running
+        job's handler watches its `cancelled` (one not yet found lost)."""
+        with self.lock:
+            watched = any(job.cancel_watched for job in self.running.values()
+                          if job.id not in self.outcome.lost)
+        return min(steady, CANCEL_CHECK) if watched else steady
 
     def run(self) -> Outcome:
         for _ in range(self.threads):
@@ -302,7 +319,7 @@ class Batch:
         while not self.idle.wait(timeout=min(interval, 0.5)):
             now = clock.monotonic()
             self._time_out(now)
-            if now - max(extended, self.confirmed) >= interval:
+            if now - max(extended, self.confirmed) >= self._interval(interval):
                 self._heartbeat()
                 extended = now
             if self.stop.is_set() and stopped_at is None:

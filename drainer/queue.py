@@ -8,9 +8,10 @@ database clock says another time; production passes None and `now()` decides.
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict, Unpack, overload
@@ -48,6 +49,11 @@ class Undecodable:
     reason: str
 
 
+# Guards the first creation of a job's `cancelled` event: the handler's thread and the
+# heartbeat's may both ask at once, and must get one event.
+_CANCELLED_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A claimed job. `attempts` is this claim's attempt number: the ownership token."""
@@ -57,6 +63,31 @@ class Job:
     payload: Any  # the JSON value as json.loads returns it, or Undecodable
     attempts: int
     max_attempts: int
+    # `cancelled`'s event, made when first asked for: jobs are made by the tens of
+    # thousands a second, and most handlers never look.
+    _cancelled: threading.Event | None = field(default=None, init=False, repr=False,
+                                               compare=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set at the next lease heartbeat that finds the job no longer this worker's
+        (cancelled, or taken over after its lease ran out): the handler's result changes
+        nothing any more, so it may as well stop. Once a handler has looked, its batch
+        heartbeats at least every `batch.CANCEL_CHECK` seconds."""
+        event = self._cancelled
+        if event is None:
+            with _CANCELLED_LOCK:
+                event = self._cancelled
+                if event is None:
+                    event = threading.Event()
+                    object.__setattr__(self, "_cancelled", event)  # frozen: past __setattr__
+        return event
+
+    @property
+    def cancel_watched(self) -> bool:
+        """Whether `cancelled` was looked at (its event exists), without making it: the
+        batch hurries its heartbeats only for handlers that watch."""
+        return self._cancelled is not None
 
 
 class Setback(NamedTuple):
