@@ -275,7 +275,8 @@ class Batch:
                                               "timeout and was abandoned")
                     self.outcome.failed.append((job, self.tasks[job.queue].policy.judge(
                         job, late_error, describe(late_error))))
-        for _ in late:
+        for job, _ in late:
+            job.cancelled.set()  # its thread runs on, written off: it may as well stop
             self._spawn()
 
     def _heartbeat(self) -> bool:
@@ -334,4 +335,6 @@ class Batch:
                                       if job.id not in self.outcome.lost]
             self.closed = True
             self.pending.clear()
+        for job in self.outcome.abandoned:
+            job.cancelled.set()  # past the stop's bound: what it does now changes nothing
         return self.outcome

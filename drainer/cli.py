@@ -47,7 +47,8 @@ COMMANDS = {
     "requeue": "failed jobs (of a queue, or by id) back to queued with a fresh budget of "
                "attempts; a queue's requeue leaves cancelled jobs alone",
     "cancel": "withdraw queued or running jobs by id (status failed, last_error "
-              "'cancelled'); a running handler's result is then ignored",
+              "'cancelled'); a running handler's result is then ignored, and its "
+              "job.cancelled is set at its drain's next heartbeat",
     "failed": "failed jobs, newest first, one line each: id, queue, attempts, created, last "
               "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
     "show": "one job whole, from jobs or the archive: every column, the payload "

@@ -71,9 +71,10 @@ class Job:
     @property
     def cancelled(self) -> threading.Event:
         """Set at the next lease heartbeat that finds the job no longer this worker's
-        (cancelled, or taken over after its lease ran out): the handler's result changes
-        nothing any more, so it may as well stop. Once a handler has looked, its batch
-        heartbeats at least every `batch.CANCEL_CHECK` seconds."""
+        (cancelled, or taken over after its lease ran out), or when the drain writes its
+        handler off (past its task's timeout, or still running at a stop's bound): the
+        handler's result changes nothing any more, so it may as well stop. Once a handler
+        has looked, its batch heartbeats at least every `batch.CANCEL_CHECK` seconds."""
         event = self._cancelled
         if event is None:
             with _CANCELLED_LOCK:
@@ -765,5 +766,6 @@ def requeue(
 def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
     """Withdraw queued or running jobs: status failed, last_error 'cancelled'; returns
     those withdrawn. A running job's handler is not stopped, but whatever its worker
-    writes afterwards changes nothing."""
+    writes afterwards changes nothing, and its `job.cancelled` is set at the worker's
+    next heartbeat."""
     return sorted(row[0] for row in sql.rows(conn, "cancel", {"ids": list(ids)}))

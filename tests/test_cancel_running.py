@@ -17,6 +17,7 @@ from drainer.batch import CANCEL_CHECK, MAX_HEARTBEAT
 from drainer.db import connect
 from drainer.queue import Job
 from drainer.run import Summary
+from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until
 
 START = 1000.0
@@ -236,3 +237,17 @@ def test_a_drains_handler_sees_its_job_cancelled_and_the_summary_counts_it_lost(
         assert conn.execute(row, (job,)).fetchone() == ("failed", "cancelled", 1)
         assert drainer.requeue(conn, ids=[job]) == [job]
         assert conn.execute(row, (job,)).fetchone() == ("queued", None, 1)
+
+
+def test_a_handler_written_off_at_its_timeout_sees_cancelled(conn):
+    seen = threading.Event()
+
+    def slow(job):
+        if job.cancelled.wait(10):
+            seen.set()
+
+    drainer.enqueue(conn, "slow", {})
+    summary = drainer.drain(conn, {"slow": Task(slow, "slow", timeout=0.3)},
+                            drainer.Options(["slow"]))
+    assert summary.retried == 1
+    assert seen.wait(5)  # the abandoned thread was told, long before its own 10 s
