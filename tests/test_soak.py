@@ -34,6 +34,8 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
         "done without a successful last attempt": ("done", 2, 5, [(1, True)]),
         "failed before max_attempts": ("failed", 3, 5, [(3, False)]),
         "cancelled": ("failed", 1, 5, [(1, False)]),  # before max_attempts, on purpose
+        "failed at once": ("failed", 2, 5, [(2, False)]),  # retry_on: before max_attempts too
+        "done without the last attempt's result": ("done", 2, 5, [(1, False), (2, True)]),
     }
     for status, attempts, max_attempts, executions in rows.values():
         job = conn.execute("INSERT INTO jobs (payload, status, attempts, max_attempts) "
@@ -43,6 +45,8 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
             conn.execute("INSERT INTO soak_executions VALUES (%s, %s, 1, %s)", (job, attempt, ok))
     conn.execute("UPDATE jobs SET last_error = 'cancelled' WHERE attempts = 1 AND "
                  "status = 'failed'")
+    conn.execute("UPDATE jobs SET last_error = %s WHERE attempts = 2 AND status = 'failed'",
+                 (f"ValueError: {soak.FATAL}",))
     # Through the trigger: a token given back and issued again is fine (the owner
     # released it); one issued twice without that is what a recycled token looks like.
     released, recycled = [drainer.enqueue(conn, "default", {}) for _ in range(2)]
@@ -53,10 +57,15 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
         for step in [claim, *steps, claim, "status = 'done'"]:
             conn.execute(f"UPDATE jobs SET {step} WHERE id = %s", (job,))
         conn.execute("INSERT INTO soak_executions VALUES (%s, 1, 1, true)", (job,))
+    conn.execute("UPDATE jobs SET result = jsonb_build_object('attempt', attempts) "
+                 "WHERE status = 'done'")
+    stale = conn.execute("SELECT max(id) FROM jobs WHERE status = 'done' AND attempts = 2"
+                         ).fetchone()[0]  # the last row of `rows`
+    conn.execute("UPDATE jobs SET result = '{\"attempt\": 1}' WHERE id = %s", (stale,))
     broken = {name: conn.execute(sql).fetchone()[0] for name, sql in soak.CHECKS.items()}
     # "unfinished" also counts the running row; a job done twice is a duplicate too
     assert broken == {"unfinished": 2, "running": 1, "duplicate executions": 2,
                       "done twice by one attempt": 1, "executions beyond attempts": 1,
                       "done without a successful last attempt": 1,
                       "failed before max_attempts": 1, "enqueued but missing": 1,
-                      "token issued twice": 1}
+                      "token issued twice": 1, "done without the last attempt's result": 1}
