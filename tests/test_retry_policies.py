@@ -2,6 +2,7 @@
 real PostgreSQL: each delay is checked against the run_at the database wrote."""
 
 import math
+import re
 from datetime import timedelta
 
 import psycopg
@@ -13,7 +14,7 @@ from drainer import queue
 from drainer.retry import MAX_DELAY, MIN_SNOOZE, clamp
 from drainer.run import Options, drain
 from drainer.tasks import Task
-from tests.helpers import HAND_MADE_TABLE
+from tests.helpers import HAND_MADE_TABLE, run_cli, summary_of
 
 
 def row(conn: psycopg.Connection, job_id: int) -> dict:
@@ -353,3 +354,35 @@ def test_keeping_results_on_a_hand_made_table_says_to_migrate(empty_db_url):
         summary = drain(conn, {"k": Task(lambda job: 1, "k")}, Options(["k"]))
         assert summary.done == 1
 
+
+
+# --- the command line ----------------------------------------------------------------
+
+
+def test_show_prints_the_kept_result_and_the_log_says_why_a_job_failed_at_once(conn, db_url):
+    kept = drainer.enqueue(conn, "sums", [2, 3])
+    failed = drainer.enqueue(conn, "hooks", {"why": "400 bad request"})
+    retried = drainer.enqueue(conn, "hooks", {"why": "reset", "transient": True})
+    drained = run_cli("drain", "--database-url", db_url, "--tasks", "shaped")
+    assert drained.returncode == 0, drained.stderr
+    assert (summary_of(drained.stdout)["done"], summary_of(drained.stdout)["failed"],
+            summary_of(drained.stdout)["retried"]) == (1, 1, 1)
+    assert (f"job {failed} (queue hooks) failed, attempt 1 of 5: ValueError: 400 bad request; "
+            "failed for good (its task's retry_on does not name this exception)"
+            ) in drained.stderr
+    assert round(row(conn, retried)["wait"]) == 30
+    shown = run_cli("show", str(kept), "--database-url", db_url)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r'^result +\{\n +"sum": 5\n +\}$', shown.stdout, re.MULTILINE), shown.stdout
+
+
+def test_a_drain_of_a_task_keeping_results_on_a_hand_made_table_exits_2(empty_db_url):
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(HAND_MADE_TABLE)
+        drainer.enqueue(conn, "sums", [1])
+        drained = run_cli("drain", "--database-url", empty_db_url, "--tasks", "shaped",
+                          "--queue", "sums")
+        assert drained.returncode == 2, drained.stderr
+        assert "keeps results (keep_result=True)" in drained.stderr
+        assert "run `drainer migrate`" in drained.stderr
+        assert conn.execute("SELECT status, attempts FROM jobs").fetchone() == ("queued", 0)
