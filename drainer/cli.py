@@ -43,7 +43,8 @@ COMMANDS = {
     "doctor": "checks that explain slowness or a compute that never suspends, each with "
               "what to do; exit 1 if a problem is found",
     "reap": "only reap: expired leases back to queued (failed at max_attempts)",
-    "archive": "only archive: done rows older than --archive-after leave the jobs table",
+    "archive": "only archive: done jobs older than --archive-after and failed ones older "
+               "than --archive-failed-after leave the jobs table",
     "requeue": "failed jobs (of a queue, or by id) back to queued with a fresh budget of "
                "attempts; a queue's requeue leaves cancelled jobs alone",
     "cancel": "withdraw queued or running jobs by id (status failed, last_error "
@@ -93,7 +94,7 @@ Group = tuple[str, tuple[Setting[Any], ...]]  # a --help section: its title and 
 
 DATABASE: Group = ("database", (s.DATABASE_URL, s.NO_PREPARE))
 DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
-                          s.ARCHIVE_AFTER, s.VERBOSE))
+                          s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.VERBOSE))
 ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
 DOCTOR: Group = ("doctor", (s.MAX_READY_AGE,))
 # Each command's settings: the one place that says which command reads which variable.
@@ -101,7 +102,7 @@ SETTINGS: dict[str, tuple[Group, ...]] = {
     "drain": (DATABASE, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
     "migrate": (DATABASE,), "enqueue": (DATABASE,), "stats": (DATABASE,),
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
-    "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER,))),
+    "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER))),
     "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
     "failed": (DATABASE,), "show": (DATABASE,),
     "db": (),  # always the embedded server: no --database-url to mislead
@@ -202,11 +203,15 @@ def _add_db_actions(db: argparse.ArgumentParser) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-FAILED_EPILOG = """\
+_FAILED_DAYS = s.DEFAULT_ARCHIVE_FAILED_AFTER
+FAILED_EPILOG = f"""\
 Each failed attempt was also logged by the drain that ran it, on stderr:
   drainer: job 42 (queue email) failed, attempt 5 of 5: RuntimeError: ...; failed for good
 A job waiting to retry is not failed yet: its id is in those lines, for `drainer show`.
-`created` is when the job was enqueued; no column records when it failed."""
+`created` is when the job was enqueued; no column records when it failed.
+Failed jobs leave the table {_FAILED_DAYS:g} days after their last attempt was due (by
+default: --archive-failed-after of `drain`, `work` and `archive`); `drainer show ID`
+then finds them in the archive, when `migrate` created it."""
 
 
 def _add_failed_and_show(failed: argparse.ArgumentParser, show: argparse.ArgumentParser
@@ -522,6 +527,7 @@ def cmd_reap(args: argparse.Namespace) -> None:
 def cmd_archive(args: argparse.Namespace) -> None:
     with _open(args) as conn:
         moved = queue.archive(conn, timedelta(days=args.archive_after),
+                              failed_older_than=timedelta(days=args.archive_failed_after),
                               to_table=queue.has_archive(conn))
     _emit({"archived": moved})
 

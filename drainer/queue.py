@@ -26,6 +26,9 @@ from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
 
 ARCHIVE_BATCH = 10_000
+# How long failed jobs (cancelled ones too) stay in `jobs` after their last attempt was
+# due: long enough to look into them and requeue, short enough that they do not pile up.
+ARCHIVE_FAILED_AFTER = timedelta(days=30)
 # The jobs table's column default; the COPY path must write it explicitly.
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
@@ -654,14 +657,18 @@ def archive(
     conn: psycopg.Connection,
     older_than: timedelta,
     *,
+    failed_older_than: timedelta = ARCHIVE_FAILED_AFTER,
     batch: int = ARCHIVE_BATCH,
     to_table: bool = True,
     now: datetime | None = None,
 ) -> int:
-    """Move (or delete, without the archive table) done rows older than `older_than`,
-    at most `batch` per statement, until none is left; returns how many."""
+    """Move (or delete, without the archive table) done rows created more than
+    `older_than` ago and failed rows (cancelled ones too) whose last attempt was due
+    more than `failed_older_than` ago (their run_at: no column records when a job
+    failed), at most `batch` per statement, until none is left; returns how many."""
     name = "archive_move" if to_table else "archive_delete"
-    params = {"older_than": older_than, "limit": batch, "now": now}
+    params = {"older_than": older_than, "failed_older_than": failed_older_than,
+              "limit": batch, "now": now}
     total = 0
     while True:
         moved = sql.run(conn, name, params).rowcount

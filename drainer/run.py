@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_ARCHIVE_AFTER = timedelta(days=7)
+DEFAULT_ARCHIVE_FAILED_AFTER = queue.ARCHIVE_FAILED_AFTER
 
 
 COUNTS = ("claimed", "done", "retried", "failed", "lost", "reaped", "archived")
@@ -132,7 +133,8 @@ class Options:
     batch_size: int | None = None
     lease: timedelta = DEFAULT_LEASE
     concurrency: int = 1
-    archive_after: timedelta = DEFAULT_ARCHIVE_AFTER
+    archive_after: timedelta = DEFAULT_ARCHIVE_AFTER  # done jobs, by created_at
+    archive_failed_after: timedelta = DEFAULT_ARCHIVE_FAILED_AFTER  # failed, by run_at
     deadline: float | None = None  # on the clock seam's monotonic scale
     verbose: bool = False  # each failure's log line carries the handler's traceback
 
@@ -283,7 +285,8 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
         jobs = settled.claimed
 
     summary.archived = link.send(lambda c: queue.archive(
-        c, options.archive_after, to_table=has_archive, now=clock.database_now()))
+        c, options.archive_after, failed_older_than=options.archive_failed_after,
+        to_table=has_archive, now=clock.database_now()))
     due = link.send(lambda c: queue.due(c, options.queues, now=clock.database_now()))
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
         due.next_due, due.run_at, due.lease_end, due.now)

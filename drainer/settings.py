@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .errors import ConfigError
 from .run import DEFAULT_ARCHIVE_AFTER as ARCHIVE_AFTER_DELTA
+from .run import DEFAULT_ARCHIVE_FAILED_AFTER as ARCHIVE_FAILED_AFTER_DELTA
 from .run import DEFAULT_LEASE as LEASE_DELTA
 from .run import Options
 
@@ -33,6 +34,7 @@ MIN_MAX_READY_AGE = 1.0  # ready ages are reported in whole seconds
 
 DEFAULT_LEASE = LEASE_DELTA.total_seconds()
 DEFAULT_ARCHIVE_AFTER = float(ARCHIVE_AFTER_DELTA.days)
+DEFAULT_ARCHIVE_FAILED_AFTER = float(ARCHIVE_FAILED_AFTER_DELTA.days)
 DEFAULT_POLL = 60.0  # seconds between `work`'s fallback polls
 DEFAULT_MAX_READY_AGE = 3600.0  # seconds before `doctor` calls a waiting job a problem
 DEFAULT_STATEMENT_TIMEOUT = 10.0  # seconds, in the cloud function
@@ -185,8 +187,13 @@ CONCURRENCY = Setting(
     "handlers this process runs at once, on threads, for I/O-bound jobs (default 1)", "N")
 ARCHIVE_AFTER = Setting(
     "archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER,
-    f"days after which done jobs leave the jobs table (default {DEFAULT_ARCHIVE_AFTER:g})",
-    "DAYS")
+    "days after which done jobs leave the jobs table, counted from their creation "
+    f"(default {DEFAULT_ARCHIVE_AFTER:g})", "DAYS")
+ARCHIVE_FAILED_AFTER = Setting(
+    "archive-failed-after", nonnegative_days, DEFAULT_ARCHIVE_FAILED_AFTER,
+    "days after which failed jobs, cancelled ones too, leave the jobs table, counted from "
+    "when their last attempt was due (no column records when a job failed); until then "
+    f"`requeue` can run them again (default {DEFAULT_ARCHIVE_FAILED_AFTER:g})", "DAYS")
 VERBOSE = Setting(
     "verbose", flag, False,
     "under each failed attempt's log line, the handler's traceback (passwords in URLs "
@@ -236,6 +243,7 @@ class Drain:
     lease: float = DEFAULT_LEASE  # seconds
     concurrency: int = 1
     archive_after: float = DEFAULT_ARCHIVE_AFTER  # days
+    archive_failed_after: float = DEFAULT_ARCHIVE_FAILED_AFTER  # days
     verbose: bool = False
 
     @classmethod
@@ -250,11 +258,13 @@ class Drain:
             lease=LEASE.resolve(given.get("lease")),
             concurrency=CONCURRENCY.resolve(given.get("concurrency")),
             archive_after=ARCHIVE_AFTER.resolve(given.get("archive_after")),
+            archive_failed_after=ARCHIVE_FAILED_AFTER.resolve(given.get("archive_failed_after")),
             verbose=VERBOSE.resolve(given.get("verbose")))
 
     def options(self, queues: list[str], deadline: float | None) -> Options:
         """The drain loop's options, for `queues` and a deadline on `clock.monotonic`."""
         return Options(queues=queues, batch_size=self.batch_size,
                        lease=timedelta(seconds=self.lease), concurrency=self.concurrency,
-                       archive_after=timedelta(days=self.archive_after), deadline=deadline,
-                       verbose=self.verbose)
+                       archive_after=timedelta(days=self.archive_after),
+                       archive_failed_after=timedelta(days=self.archive_failed_after),
+                       deadline=deadline, verbose=self.verbose)

@@ -53,20 +53,22 @@ def test_help_documents_every_command_and_option_with_its_variable():
 
 
 DRAIN = {"--queue", "--tasks", "--batch-size", "--lease", "--max-runtime", "--concurrency",
-         "--archive-after", "--verbose"}
+         "--archive-after", "--archive-failed-after", "--verbose"}
+ARCHIVE = {"--archive-after", "--archive-failed-after"}
 
 
 def test_each_command_offers_only_the_options_it_uses():
     assert offered("drain") == DATABASE_OPTIONS | DRAIN
     assert offered("work") == DATABASE_OPTIONS | DRAIN | {"--listen-url", "--poll-interval"}
-    assert offered("archive") == DATABASE_OPTIONS | {"--archive-after"}
+    assert offered("archive") == DATABASE_OPTIONS | ARCHIVE
     assert offered("doctor") == DATABASE_OPTIONS | {"--json", "--max-ready-age"}
     for command in ("migrate", "reap", "cancel"):
         assert offered(command) == DATABASE_OPTIONS
     assert offered("demo") == {"-h", "--help"}
     archive = run_cli("archive", "--help").stdout
     assert "--archive-after" in archive and "DRAINER_ARCHIVE_AFTER" in archive
-    for flag in DRAIN - {"--archive-after"}:
+    assert "DRAINER_ARCHIVE_FAILED_AFTER" in archive
+    for flag in DRAIN - ARCHIVE:
         assert flag not in archive
 
 
