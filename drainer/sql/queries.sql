@@ -266,18 +266,26 @@ UNION ALL
  LIMIT %(limit)s)
 LIMIT %(limit)s;
 
+-- name: archive_aged
+-- Whether a row of `jobs` is old enough to archive, as `archive_old` chose them: an
+-- expression, not a statement, for the WHERE of the statements that include it.
+CASE status WHEN 'done' THEN created_at < coalesce(%(now)s, now()) - %(older_than)s
+            WHEN 'failed' THEN run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
+            ELSE false END;
+
 -- name: archive_move
 -- A batch of `archive_old` leaves `jobs` for the archive, with every column the
 -- archive has (through jsonb, matched by name), so the statement stays the same
 -- whichever migrations added columns to both tables. The rows are found by = ANY of an
 -- array, through the primary key: with IN (subquery) the planner hash-joined a Seq Scan
 -- of the whole table at each batch (48 ms a batch of 10,000 among 200,000 rows, 13 ms
--- by the primary key). The status is checked again on the row the delete locks: a
--- failed job requeued after `archive_old` read it (the requeue committed while the
--- delete waited for the row) is queued, and stays.
+-- by the primary key). The row's age is checked again on the row the delete locks
+-- (`archive_aged`): a failed job requeued after `archive_old` read it (the requeue
+-- committed while the delete waited for the row) is queued, or failed again just now,
+-- and stays.
 WITH moved AS (
   DELETE FROM jobs
-  WHERE id = ANY(ARRAY(:archive_old)) AND status IN ('done', 'failed')
+  WHERE id = ANY(ARRAY(:archive_old)) AND (:archive_aged)
   RETURNING *
 )
 INSERT INTO jobs_archive
@@ -288,10 +296,10 @@ CROSS JOIN LATERAL jsonb_populate_record(
 ON CONFLICT (id) DO NOTHING;
 
 -- name: archive_delete
--- The plain batched delete of `archive_old` (its status checked again, as in
+-- The plain batched delete of `archive_old` (its age checked again, as in
 -- `archive_move`), when `migrate` has not created the archive table.
 DELETE FROM jobs
-WHERE id = ANY(ARRAY(:archive_old)) AND status IN ('done', 'failed');
+WHERE id = ANY(ARRAY(:archive_old)) AND (:archive_aged);
 
 -- name: next_due
 -- The earliest moment more work of these queues becomes ready: a queued job's
