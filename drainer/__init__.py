@@ -36,6 +36,7 @@ from .queue import (
 )
 from .retry import Constant, Exponential, Retry, Snooze
 from .run import Options, Summary, drain
+from .schedules import schedule
 from .schema import migrate
 from .tasks import Task, task
 
@@ -44,5 +45,5 @@ __all__ = [
     "DrainerError", "Exponential", "Job", "NoResult", "Options", "Retry", "SchemaMissing",
     "Snooze", "StatementCancelled", "Summary", "Task", "__version__", "archive", "cancel",
     "claim", "complete", "drain", "enqueue", "enqueue_many", "extend", "fail", "migrate",
-    "next_due", "reap", "release", "requeue", "result", "task",
+    "next_due", "reap", "release", "requeue", "result", "schedule", "task",
 ]

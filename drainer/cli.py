@@ -54,6 +54,9 @@ COMMANDS = {
               "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
     "show": "one job whole, from jobs or the archive: every column, the payload "
             "pretty-printed and the last error in full; exit 1 if there is no such job",
+    "schedules": "each schedule: its cron expression and time zone, next slot, last run "
+                 "and its outcome; --sync brings them in line with the task modules (a "
+                 "deploy step)",
     "demo": "on the embedded database: enqueue sample jobs, drain them, show the result",
     "db": "the embedded PostgreSQL under ./.drainer/: `db url` prints its URL, `db start` "
           "keeps it running for your app, `db stop` stops it (never DATABASE_URL's database)",
@@ -105,6 +108,7 @@ SETTINGS: dict[str, tuple[Group, ...]] = {
     "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER))),
     "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
     "failed": (DATABASE,), "show": (DATABASE,),
+    "schedules": (DATABASE, ("sync", (s.TASKS,))),
     "db": (),  # always the embedded server: no --database-url to mislead
 }
 
@@ -274,6 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["cancel"].add_argument("ids", metavar="ID", nargs="+", type=_checked(positive_int),
                                    help="queued or running job ids")
     _add_failed_and_show(parsers["failed"], parsers["show"])
+    sc = parsers["schedules"]
+    sc.add_argument("--sync", action="store_true",
+                    help="store the schedules the task modules (--tasks) declare: new ones "
+                         "get their next slot, changed ones move, ones no module of their "
+                         "queue declares any more are withdrawn; a drain does the same for "
+                         "its queues, but --sync also brings back a definition newer code "
+                         "had replaced (it is the deploy's word)")
+    sc.add_argument("--json", action="store_true", help="one JSON document")
     _add_db_actions(parsers["db"])
     return top
 
@@ -553,6 +565,28 @@ def cmd_cancel(args: argparse.Namespace) -> None:
     _emit({"cancelled": len(ids), "ids": ids})
 
 
+def cmd_schedules(args: argparse.Namespace) -> None:
+    from . import schedules
+
+    with _open(args) as conn:
+        if args.sync:
+            args.queue = []  # every queue its modules have a task for
+            _, queues = _handlers(args)
+            declared = list(schedules.declared().values())
+            if not queue.has_schedules(conn):
+                raise ConfigError("the database has no schedules table: run `drainer "
+                                  "migrate` to add it")
+            everything = sorted({*queues, *(d.queue for d in declared)})
+            schedules.reconcile(conn, declared, everything, withdraw=queues, force=True)
+            log.info("schedules synced: %d declared, for queues %s", len(declared),
+                     ", ".join(everything))
+        rows = schedules.listed(conn) if queue.has_schedules(conn) else []
+    if args.json:
+        _emit({"schedules": rows})
+    else:
+        print(schedules.format_listed(rows))
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from . import demo, report
 
@@ -640,7 +674,7 @@ def cmd_db(args: argparse.Namespace) -> None:
 RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": cmd_enqueue,
        "stats": cmd_stats, "doctor": cmd_doctor, "reap": cmd_reap, "archive": cmd_archive,
        "requeue": cmd_requeue, "cancel": cmd_cancel, "demo": cmd_demo, "db": cmd_db,
-       "failed": cmd_failed, "show": cmd_show}
+       "failed": cmd_failed, "show": cmd_show, "schedules": cmd_schedules}
 
 
 def _setup_logging() -> None:

@@ -9,7 +9,7 @@ database clock says another time; production passes None and `now()` decides.
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -66,6 +66,7 @@ class Job:
     payload: Any  # the JSON value as json.loads returns it, or Undecodable
     attempts: int
     max_attempts: int
+    meta: Any = None  # what is about the job rather than its payload (a schedule's slot)
     # `cancelled`'s event, made when first asked for: jobs are made by the tens of
     # thousands a second, and most handlers never look.
     _cancelled: threading.Event | None = field(default=None, init=False, repr=False,
@@ -86,6 +87,14 @@ class Job:
                     event = threading.Event()
                     object.__setattr__(self, "_cancelled", event)  # frozen: past __setattr__
         return event
+
+    @property
+    def scheduled_for(self) -> datetime | None:
+        """The slot a schedule's job runs for, in the schedule's time zone (None for a
+        job no schedule enqueued)."""
+        meta = self.meta
+        slot = meta.get("slot") if isinstance(meta, dict) and "schedule" in meta else None
+        return datetime.fromisoformat(slot) if isinstance(slot, str) else None
 
     @property
     def cancel_watched(self) -> bool:
@@ -434,7 +443,7 @@ def claim(
 ) -> list[Job]:
     """Claim up to `batch_size` ready jobs, highest priority then oldest run_at first
     (oldest first on a table without priorities); commits at once."""
-    text = claim_sql(batch_size, sql.features(conn).priority)
+    text = claim_sql(batch_size, *claim_kind(conn))
     return [Job(*row) for row in _claim(conn, text, queues, lease, now).fetchall()]
 
 
@@ -448,16 +457,23 @@ def _claim(conn: psycopg.Connection, text: str, queues: Sequence[str],
     return sql.execute(cursor, text, params)
 
 
+def claim_kind(conn: psycopg.Connection) -> tuple[bool, bool]:
+    """`claim_sql`'s schema arguments for this connection: by priority, with meta."""
+    known = sql.features(conn)
+    return known.priority, known.meta
+
+
 @lru_cache(maxsize=64)
-def claim_sql(limit: int, by_priority: bool = False) -> str:
-    """The claim for the schema (by priority once `migrate` added it), with its LIMIT
-    written as a literal. As a parameter, the planner guesses a tenth of the table for
-    it, so the prepared plan looks costly and every claim is planned afresh, which takes
-    as long as running it at small batches; with a literal, one prepared plan per batch
-    size serves every claim."""
-    text = sql.variant("claim", claim_oldest="claim_by_priority") if by_priority else (
-        sql.QUERIES["claim"])
-    return text.replace("%(limit)s", str(int(limit)))
+def claim_sql(limit: int, by_priority: bool = False, meta: bool = False) -> str:
+    """The claim for the schema (by priority, and returning meta, once `migrate` added
+    them), with its LIMIT written as a literal. As a parameter, the planner guesses a
+    tenth of the table for it, so the prepared plan looks costly and every claim is
+    planned afresh, which takes as long as running it at small batches; with a literal,
+    one prepared plan per batch size serves every claim."""
+    swaps = {"claim_oldest": "claim_by_priority"} if by_priority else {}
+    if meta:
+        swaps["claim_no_meta"] = "claim_meta"
+    return sql.variant("claim", **swaps).replace("%(limit)s", str(int(limit)))
 
 
 _decode = json.JSONDecoder().decode
@@ -591,21 +607,25 @@ def settle(
     *,
     results: Mapping[int, str] | None = None,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    also: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """Complete, fail and release a batch's jobs in one guarded statement, and claim
     the next batch (queues, size, lease), in one round trip: the statements go out
     together in pipeline mode. `results` ({id: JSON text}) are the return values of
-    succeeded jobs whose task keeps them, written first. Only what there is to send is
-    sent."""
+    succeeded jobs whose task keeps them, written first; `also(conn)` sends more
+    statements in the same round trip (their answers are not read). Only what there
+    is to send is sent."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
-    text = claim_sql(claim_next[1], sql.features(conn).priority) if claim_next else ""
+    text = claim_sql(claim_next[1], *claim_kind(conn)) if claim_next else ""
     with sql.pipeline(conn):
         if results:
             kept = [job for job in succeeded if job.id in results]
             sql.run(conn, "keep_results", {**_pairs(kept),
                                            "results": [results[job.id] for job in kept]})
         written = sql.run(conn, "settle", params) if params else None
+        if also is not None:
+            also(conn)
         claimed = _claim(conn, text, claim_next[0], claim_next[2], now) if claim_next else None
     return _settled(written.fetchall() if written is not None else (),
                     [Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
@@ -618,13 +638,14 @@ def settle_again(
     *,
     results: Mapping[int, str] | None = None,
     claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    also: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """`settle` on a new session after the first one's answer was lost with its
     session: without the release (whose outcome is unknown), and counting as ours the
     completions and failures of the first send that had landed (else reported lost)."""
     settled = settle(conn, succeeded, failures, (), results=results, claim_next=claim_next,
-                     now=now)
+                     also=also, now=now)
     done = [job for job in succeeded if job.id not in settled.done]
     failed = [(job, _setback(f)) for job, f in failures if job.id not in settled.failed]
     if done or failed:
@@ -731,6 +752,13 @@ def result(conn: psycopg.Connection, job_id: int) -> Any:
     if isinstance(value, Undecodable):
         raise NoResult(f"job {job_id}: its result cannot be loaded: {value.reason}", status)
     return value
+
+
+def has_schedules(conn: psycopg.Connection, *, stored: bool = False) -> bool:
+    """Whether `migrate` created the schedules table (`stored`: and it ever held a
+    schedule, as the statistics say)."""
+    known = sql.features(conn)
+    return known.schedules and (known.scheduled or not stored)
 
 
 def has_results(conn: psycopg.Connection) -> bool:

@@ -17,7 +17,8 @@ from typing import TypeVar
 
 import psycopg
 
-from . import clock, queue
+from . import clock, queue, schedules
+from . import tasks as tasks_
 from .batch import Batch, Outcome
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
 from .tasks import Handler, Task, as_task
@@ -238,6 +239,7 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
     summary.reaped, has_archive = link.send(lambda c: queue.start(c, now=clock.database_now()))
     tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
     _check_results(link.conn, [t for name, t in tasks.items() if name in options.queues])
+    db_now = link.send(lambda c: _reconcile(c, handlers, options.queues))
     sizer = Sizer(options.batch_size, options.concurrency)
 
     def remaining() -> float | None:
@@ -277,7 +279,8 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
         else:
             size, summary.stopped = next_size()
         sent = clock.monotonic()
-        settled = _settle(link, outcome, (options.queues, size, options.lease) if size else None)
+        settled = _settle(link, outcome, (options.queues, size, options.lease) if size else None,
+                          db_now)
         _record(settled, outcome, summary, len(jobs))
         _log_failures(settled, outcome)
         if on_batch:
@@ -301,19 +304,58 @@ def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:
                           "`drainer migrate` to add it")
 
 
-def _settle(link: Link, outcome: Outcome,
-            claim_next: tuple[list[str], int, timedelta] | None) -> queue.Settled:
-    """Write a batch back with the next claim in one round trip. If the session drops,
-    the results (guarded, so harmless if they had landed) and the claim go again on a
-    new connection, but not the release: it lowers attempts, and had it landed,
-    another worker may hold those jobs now. They are left to their lease."""
+def _reconcile(conn: psycopg.Connection, handlers: Mapping[str, Handler],
+               queues: list[str]) -> "DatabaseClock | None":
+    """Bring the drained queues' schedules in line with the declared ones, once the
+    start told whether the schema has schedules; the database clock it read then.
+    Only a queue whose handler is a registered task (its module loaded) may lose a
+    schedule its module no longer declares."""
+    declared = [s for s in schedules.declared().values() if s.queue in queues]
+    if not queue.has_schedules(conn):
+        if declared:
+            raise ConfigError(f"schedule {declared[0].name!r}: the database has no schedules "
+                              "table: run `drainer migrate` to add it")
+        return None
+    if not declared and not queue.has_schedules(conn, stored=True):
+        return None  # none declared, none ever stored: nothing to do, no statement
+    registered = tasks_.registered()
+    loaded = [q for q in queues if registered.get(q) is handlers[q]]
+    now = schedules.reconcile(conn, declared, queues, withdraw=loaded,
+                              now=clock.database_now())
+    return DatabaseClock(now, clock.monotonic())
+
+
+@dataclass(frozen=True)
+class DatabaseClock:
+    """The database clock, as read at one moment and carried on by the monotonic one:
+    what a schedule's next slot is judged by while the drain goes on."""
+
+    read: datetime
+    at: float
+
+    def now(self) -> datetime:
+        faked = clock.database_now()
+        return faked if faked is not None else self.read + timedelta(
+            seconds=clock.monotonic() - self.at)
+
+
+def _settle(link: Link, outcome: Outcome, claim_next: tuple[list[str], int, timedelta] | None,
+            db_now: DatabaseClock | None) -> queue.Settled:
+    """Write a batch back with the next claim in one round trip (and what comes after
+    the slots of schedules that ran). If the session drops, the results (guarded, so
+    harmless if they had landed) and the claim go again on a new connection, but not
+    the release: it lowers attempts, and had it landed, another worker may hold those
+    jobs now. They are left to their lease."""
+    ran = [*outcome.succeeded, *(job for job, _ in outcome.failed)]
+    also = None if db_now is None else (
+        lambda c: schedules.after_run(c, ran, db_now.now()))
     return link.send(
         lambda c: queue.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
-                               results=outcome.results, claim_next=claim_next,
+                               results=outcome.results, claim_next=claim_next, also=also,
                                now=clock.database_now()),
         lambda c: queue.settle_again(c, outcome.succeeded, outcome.failed,
                                      results=outcome.results, claim_next=claim_next,
-                                     now=clock.database_now()))
+                                     also=also, now=clock.database_now()))
 
 
 def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:

@@ -137,7 +137,8 @@ class Features:
     """The optional parts of the schema (only `jobs` is required): whether `migrate`
     created the version table, the archive table, the done_at column, the priority
     column (and the ready index that orders by it), unique keys (the key column and
-    its unique index, which ON CONFLICT needs) and the result column."""
+    its unique index, which ON CONFLICT needs), the result and meta columns, and the
+    schedules table."""
 
     versioned: bool
     archive: bool
@@ -145,6 +146,9 @@ class Features:
     priority: bool
     key: bool
     result: bool
+    meta: bool
+    schedules: bool
+    scheduled: bool  # the schedules table ever held a row (statistics: may lag)
 
 
 _features: "weakref.WeakKeyDictionary[psycopg.Connection, Features]" = (
@@ -156,7 +160,7 @@ def features(conn: psycopg.Connection) -> Features:
     run on it since forgets it: `forget`)."""
     known = _features.get(conn)
     if known is None:
-        known = _features[conn] = Features(*row(conn, "features") or (False,) * 6)
+        known = _features[conn] = Features(*row(conn, "features") or (False,) * 9)
     return known
 
 

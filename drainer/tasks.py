@@ -12,10 +12,11 @@ from typing import Any
 
 import psycopg
 
-from . import queue
+from . import queue, schedules
 from .errors import ConfigError
 from .queue import Job, check_queue
 from .retry import Backoff, Policy
+from .schedules import Schedule
 
 Handler = Callable[[Job], object]
 
@@ -108,7 +109,8 @@ _REGISTRY: dict[str, Task] = {}
 def task(queue: str, *, timeout: float | timedelta | None = None,
          max_attempts: int | None = None, backoff: Backoff | None = None,
          retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
-         keep_result: bool = False) -> Callable[[Handler], Task]:
+         keep_result: bool = False, cron: str | None = None, tz: str = "UTC",
+         ) -> Callable[[Handler], Task]:
     """Register the decorated function as the handler of `queue`; returns a Task.
 
     Returning completes the job (`keep_result`: the return value is stored on the job
@@ -118,6 +120,8 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     `retry_on` (exception classes): any other exception fails the job at once.
     `drainer.Retry` and `drainer.Snooze` ask for a retry or a snooze explicitly.
     `max_attempts`: the default for jobs enqueued through the task object.
+    `cron` (with `tz`): the task's jobs come from a schedule of its own, named after
+    the queue (`drainer.schedule` declares more than one, each with its payload).
 
     `timeout`: a run still going after this many seconds fails the job with a
     TimeoutError (retried like any failure) and the drain goes on. Python cannot
@@ -128,6 +132,7 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     # Built now, so that a bad option is an error where @task(...) is written.
     shape = Task(_unset, queue, timeout=timeout, max_attempts=max_attempts, backoff=backoff,
                  retry_on=retry_on, keep_result=keep_result)
+    own = None if cron is None else Schedule(queue, queue, cron, tz, max_attempts=max_attempts)
 
     def register(fn: Handler) -> Task:
         if inspect.iscoroutinefunction(fn):  # called on a thread, it would only make a coroutine
@@ -135,6 +140,8 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
                               "drainer cannot run yet; make it a plain function (it may "
                               "call asyncio.run)")
         made = _REGISTRY[queue] = shape.of(fn)
+        if own is not None:
+            schedules.declare(own)
         return made
 
     return register

@@ -101,9 +101,9 @@ def test_the_event_is_made_once_when_first_asked_for_and_is_no_part_of_the_jobs_
     job.cancelled.set()
     assert job == twin and repr(job) == repr(twin) and hash(a_job()) == hash(job)
     assert "cancel" not in repr(job) and Job.__match_args__ == (
-        "id", "queue", "payload", "attempts", "max_attempts")
+        "id", "queue", "payload", "attempts", "max_attempts", "meta")
     with pytest.raises(TypeError):
-        Job(1, "default", {}, 1, 5, threading.Event())  # not a constructor argument
+        Job(1, "default", {}, 1, 5, None, threading.Event())  # not a constructor argument
 
 
 # -- the batch's heartbeats ------------------------------------------------------------

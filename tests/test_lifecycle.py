@@ -268,7 +268,7 @@ def test_claim_plan_uses_the_partial_index(conn):
     drainer.enqueue_many(conn, "other", ({"i": i} for i in range(5000)))
     conn.execute("ANALYZE jobs")
     plan = "\n".join(r[0] for r in conn.execute(
-        "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, sql.features(conn).priority),
+        "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, *queue.claim_kind(conn)),
         {"queues": ["default"], "lease": LEASE, "now": None}))
     lines = [line.strip() for line in plan.splitlines()]
     at = next(i for i, line in enumerate(lines) if "LockRows" in line)

@@ -40,7 +40,7 @@ def test_equal_priorities_keep_run_at_order_across_queues(conn):
 
 
 def claim_plan(conn: psycopg.Connection) -> list[str]:
-    text = "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, sql.features(conn).priority)
+    text = "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, *queue.claim_kind(conn))
     return [r[0].strip() for r in conn.execute(
         text, {"queues": QUEUES, "lease": LEASE, "now": None})]
 

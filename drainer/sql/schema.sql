@@ -116,3 +116,27 @@ ALTER TABLE jobs ADD COLUMN IF NOT EXISTS result jsonb;
 ALTER TABLE jobs_archive ADD COLUMN IF NOT EXISTS result jsonb;
 
 CREATE INDEX IF NOT EXISTS jobs_failed_idx ON jobs (run_at) WHERE status = 'failed';
+
+-- migration: 8  schedules: each schedule's definition and its last enqueued slot
+-- One row per schedule a task module declares. A slot is enqueued as an ordinary job
+-- only by moving last_slot forward by compare-and-set, so a slot runs once however
+-- many drainers see it, even after its job is archived and its key freed. definition
+-- is a hash of what the code declares; retired lists the definitions a newer one (or
+-- a withdrawal) replaced, so older code still running during a deploy leaves the
+-- newer one alone. pending_job: the job of last_slot, cancelled if the schedule
+-- changes or goes before it runs; last_job: the job of the latest slot that ran.
+CREATE TABLE IF NOT EXISTS drainer_schedules (
+  name        text        PRIMARY KEY,
+  queue       text        NOT NULL,
+  cron        text        NOT NULL,
+  tz          text        NOT NULL,
+  catch_up    text        NOT NULL,
+  payload     jsonb       NOT NULL,
+  definition  text        NOT NULL,
+  retired     text[]      NOT NULL DEFAULT '{}',
+  withdrawn   boolean     NOT NULL DEFAULT false,
+  last_slot   timestamptz,
+  pending_job bigint,
+  last_job    bigint,
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);

@@ -1,0 +1,277 @@
+"""Schedules on a real PostgreSQL: slots across daylight-saving changes and month ends,
+the catch-up modes after a gap, changed and removed schedules, concurrent drainers
+around one slot. Time is frozen by freezegun, and the database is told the same
+time (`drainer.clock.database_now`, the seam every statement's `now` comes from)."""
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+from freezegun import freeze_time
+
+import drainer
+from drainer import clock, schedules, testing
+from drainer.run import Options, drain
+from drainer.schedules import Schedule
+from tests.helpers import clean_env, run_cli, summary_of
+
+PARIS, NEW_YORK = ZoneInfo("Europe/Paris"), ZoneInfo("America/New_York")
+
+
+@contextmanager
+def at(moment: datetime) -> Iterator[None]:
+    """Python's clock and the database's, both at `moment` (aware)."""
+    with freeze_time(moment), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(clock, "database_now", lambda: datetime.now(UTC))
+        yield
+
+
+@pytest.fixture
+def declared() -> Iterator[dict]:
+    """The declared schedules, emptied for the test and put back after it."""
+    with testing.separate_tasks():
+        yield schedules.declared()
+
+
+def slot_jobs(conn: psycopg.Connection, name: str | None = None) -> list[tuple]:
+    """(status, slot as the job's meta says, run_at in UTC) of each slot job, in order."""
+    return conn.execute(
+        "SELECT status, meta ->> 'slot', run_at FROM jobs WHERE meta ? 'schedule' "
+        "AND (%s::text IS NULL OR meta ->> 'schedule' = %s) ORDER BY run_at, id",
+        (name, name)).fetchall()
+
+
+def run_slots(conn, schedule: Schedule, start: datetime, count: int, seen: list) -> None:
+    """Drain at each queued slot's time in turn, `count` times, recording the slots
+    the handler saw (`job.scheduled_for`)."""
+    @drainer.task(schedule.queue)
+    def handler(job):
+        seen.append(job.scheduled_for)
+
+    schedules.declare(schedule)
+    with at(start):
+        drain(conn, {schedule.queue: handler}, Options([schedule.queue]))
+    for _ in range(count):
+        (due,) = conn.execute("SELECT min(run_at) FROM jobs WHERE status = 'queued'").fetchone()
+        with at(due):
+            drain(conn, {schedule.queue: handler}, Options([schedule.queue]))
+
+
+@pytest.mark.parametrize(("cron", "tz", "start", "expected"), [
+    # Paris, clocks forward on 2026-03-29 at 02:00: the 02:30 slot runs at 03:00.
+    ("30 2 * * *", "Europe/Paris", datetime(2026, 3, 27, 12, tzinfo=PARIS),
+     ["2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00",
+      "2026-03-30T02:30:00+02:00"]),
+    # Paris, clocks back on 2026-10-25 at 03:00: the 02:30 slot runs once.
+    ("30 2 * * *", "Europe/Paris", datetime(2026, 10, 23, 12, tzinfo=PARIS),
+     ["2026-10-24T02:30:00+02:00", "2026-10-25T02:30:00+02:00",
+      "2026-10-26T02:30:00+01:00"]),
+    # New York, forward on 2026-03-08 and back on 2026-11-01, every 30 minutes (a
+    # minute field starting with *): the wall clock's own times, so none in the hour
+    # that is skipped, and both folds of the one that repeats.
+    ("*/30 1-2 * * *", "America/New_York", datetime(2026, 3, 8, 0, 45, tzinfo=NEW_YORK),
+     ["2026-03-08T01:00:00-05:00", "2026-03-08T01:30:00-05:00",
+      "2026-03-09T01:00:00-04:00", "2026-03-09T01:30:00-04:00"]),
+    ("*/30 1 * * *", "America/New_York", datetime(2026, 11, 1, 0, 45, tzinfo=NEW_YORK),
+     ["2026-11-01T01:00:00-04:00", "2026-11-01T01:30:00-04:00",
+      "2026-11-01T01:00:00-05:00", "2026-11-01T01:30:00-05:00"]),
+    # Month ends: the 31st skips the months without one; @monthly is the 1st at 00:00.
+    ("0 12 31 * *", "UTC", datetime(2026, 1, 15, tzinfo=UTC),
+     ["2026-01-31T12:00:00+00:00", "2026-03-31T12:00:00+00:00",
+      "2026-05-31T12:00:00+00:00"]),
+    ("@monthly", "UTC", datetime(2026, 1, 31, 23, 59, tzinfo=UTC),
+     ["2026-02-01T00:00:00+00:00", "2026-03-01T00:00:00+00:00"]),
+    ("@hourly", "Europe/Paris", datetime(2026, 3, 29, 0, 30, tzinfo=PARIS),
+     ["2026-03-29T01:00:00+01:00", "2026-03-29T03:00:00+02:00",
+      "2026-03-29T04:00:00+02:00"]),
+])
+def test_slots_follow_the_clock_of_their_zone(conn, declared, cron, tz, start, expected):
+    seen: list = []
+    run_slots(conn, Schedule("s", "s", cron, tz), start, len(expected), seen)
+    assert [slot.isoformat() for slot in seen] == expected
+    # Each slot ran at its moment, once, and the next is queued.
+    assert [row[1] for row in slot_jobs(conn)[:len(expected)]] == expected
+    assert [row[0] for row in slot_jobs(conn)] == ["done"] * len(expected) + ["queued"]
+
+
+@pytest.mark.parametrize(("catch_up", "ran"), [
+    ("latest", ["2026-05-02T09:00:00+00:00"]),
+    ("all", [f"2026-05-{d:02d}T{h:02d}:00:00+00:00" for d, h in (
+        (1, 15), (1, 18), (1, 21), (2, 0), (2, 3), (2, 6), (2, 9))]),
+    ("none", []),
+])
+def test_each_catch_up_mode_after_a_day_with_nothing_running(conn, declared, catch_up, ran):
+    every3h = Schedule("c", "c", "0 */3 * * *", catch_up=catch_up)
+    seen: list = []
+
+    @drainer.task("c")
+    def handler(job):
+        seen.append(job.scheduled_for.isoformat())
+
+    schedules.declare(every3h)
+    with at(datetime(2026, 5, 1, 10, tzinfo=UTC)):
+        drain(conn, {"c": handler}, Options(["c"]))  # queues 12:00
+    conn.execute("DELETE FROM jobs")  # the slot's job is lost: nothing runs for a day
+    with at(datetime(2026, 5, 2, 10, 30, tzinfo=UTC)):
+        drain(conn, {"c": handler}, Options(["c"]))
+    assert seen == ran
+    assert slot_jobs(conn)[-1][:2] == ("queued", "2026-05-02T12:00:00+00:00")
+
+
+def test_catch_up_all_is_bounded(conn, declared):
+    minutely = Schedule("m", "m", "* * * * *", catch_up="all")
+    schedules.declare(minutely)
+    with at(datetime(2026, 5, 1, tzinfo=UTC)):
+        schedules.reconcile(conn, [minutely], ["m"], now=clock.database_now())
+        conn.execute("DELETE FROM jobs")
+    with at(datetime(2026, 5, 2, tzinfo=UTC)):
+        schedules.reconcile(conn, [minutely], ["m"], now=clock.database_now())
+    jobs = slot_jobs(conn)
+    assert len(jobs) == schedules.MAX_CATCH_UP + 1  # the latest 100 missed, and the next
+    assert jobs[-2][1] == "2026-05-02T00:00:00+00:00"
+    assert jobs[-1][1] == "2026-05-02T00:01:00+00:00"
+
+
+def test_a_slot_runs_once_however_often_it_is_seen_even_after_archiving(conn, declared):
+    daily = Schedule("d", "d", "@daily")
+    with at(datetime(2026, 6, 1, 12, tzinfo=UTC)):
+        for _ in range(3):
+            schedules.reconcile(conn, [daily], ["d"], now=clock.database_now())
+    assert [r[1] for r in slot_jobs(conn)] == ["2026-06-02T00:00:00+00:00"]
+    with at(datetime(2026, 6, 2, 0, 0, 5, tzinfo=UTC)):
+        drain(conn, {"d": lambda job: None}, Options(["d"]))
+        conn.execute("DELETE FROM jobs WHERE status = 'done'")  # archived: its key free
+        for _ in range(3):
+            schedules.reconcile(conn, [daily], ["d"], now=clock.database_now())
+    assert [r[1] for r in slot_jobs(conn)] == ["2026-06-03T00:00:00+00:00"]
+
+
+def test_a_changed_schedule_moves_and_a_removed_one_goes(conn, declared):
+    old = Schedule("r", "r", "0 3 * * *")
+    with at(datetime(2026, 7, 1, 12, tzinfo=UTC)):
+        schedules.reconcile(conn, [old], ["r"], now=clock.database_now())
+        assert [r[1] for r in slot_jobs(conn)] == ["2026-07-02T03:00:00+00:00"]
+        new = Schedule("r", "r", "0 5 * * *", tz="Europe/Paris")
+        schedules.reconcile(conn, [new], ["r"], now=clock.database_now())
+        assert [r[1] for r in slot_jobs(conn)] == ["2026-07-02T05:00:00+02:00"]
+        # Older code still running during the deploy leaves the new definition alone.
+        schedules.reconcile(conn, [old], ["r"], now=clock.database_now())
+        assert [r[1] for r in slot_jobs(conn)] == ["2026-07-02T05:00:00+02:00"]
+        # A drain of another queue withdraws nothing; one of its queue does.
+        schedules.reconcile(conn, [], ["other"], withdraw=["other"], now=clock.database_now())
+        assert len(slot_jobs(conn)) == 1
+        schedules.reconcile(conn, [], ["r"], withdraw=["r"], now=clock.database_now())
+        assert slot_jobs(conn) == []
+        # Code that still declares it (an older deploy) does not bring it back ...
+        schedules.reconcile(conn, [new], ["r"], now=clock.database_now())
+        assert slot_jobs(conn) == []
+        # ... a new definition does, and `--sync` (force) brings back an old one.
+        schedules.reconcile(conn, [Schedule("r", "r", "0 6 * * *")], ["r"],
+                            now=clock.database_now())
+        assert [r[1] for r in slot_jobs(conn)] == ["2026-07-02T06:00:00+00:00"]
+        schedules.reconcile(conn, [old], ["r"], force=True, now=clock.database_now())
+        assert [r[1] for r in slot_jobs(conn)] == ["2026-07-02T03:00:00+00:00"]
+
+
+def test_a_drain_without_the_queues_module_never_withdraws(conn, declared):
+    kept = Schedule("k", "k", "@hourly")
+    with at(datetime(2026, 7, 1, 12, tzinfo=UTC)):
+        schedules.reconcile(conn, [kept], ["k"], now=clock.database_now())
+        # drain() with a plain function for the queue: no task module was loaded.
+        drain(conn, {"k": lambda job: None}, Options(["k"]))
+    assert len(slot_jobs(conn)) == 1
+
+
+def test_bad_declarations_are_configuration_errors(declared):
+    for bad in ({"cron": "61 * * * *"}, {"cron": "@fortnightly"}, {"tz": "Mars/Olympus"},
+                {"catch_up": "some"}, {"cron": "* * *"}):
+        options = {"cron": "@daily", **bad}
+        with pytest.raises(drainer.ConfigError):
+            drainer.schedule("x", "x", options.pop("cron"), **options)
+    with pytest.raises(drainer.BadInput):
+        drainer.schedule("x", "x", "@daily", payload={1, 2})
+
+
+def test_a_task_with_cron_declares_its_own_schedule(conn, declared):
+    @drainer.task("nightly", cron="0 3 * * *", tz="Europe/Paris", max_attempts=2)
+    def nightly(job):
+        return job.scheduled_for
+
+    assert schedules.declared()["nightly"].cron == "0 3 * * *"
+    with at(datetime(2026, 12, 3, 12, tzinfo=UTC)):
+        drain(conn, {"nightly": nightly}, Options(["nightly"]))
+    assert conn.execute("SELECT run_at, max_attempts, key, payload FROM jobs").fetchone() == (
+        datetime(2026, 12, 4, 2, tzinfo=UTC), 2,
+        "schedule:nightly@2026-12-04T02:00:00+00:00", {})
+
+
+def test_schedules_on_a_table_without_migration_8_say_to_migrate(empty_db_url, declared):
+    from tests.helpers import HAND_MADE_TABLE
+
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(HAND_MADE_TABLE)
+        drainer.schedule("h", "h", "@daily")
+        with pytest.raises(drainer.ConfigError, match="drainer migrate"):
+            drain(conn, {"h": lambda job: None}, Options(["h"]))
+
+
+CONCURRENT = """
+import sys
+from datetime import datetime, UTC
+import psycopg
+from drainer import clock, schedules
+clock.database_now = lambda: datetime(2026, 8, 1, 11, 59, 59, tzinfo=UTC)
+daily = schedules.schedule("noon", "noon", "0 12 * * *")
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    sys.stdin.readline()  # all start together
+    for _ in range(20):
+        schedules.reconcile(conn, [daily], ["noon"], now=clock.database_now())
+"""
+
+
+def test_eight_drainers_around_one_slot_enqueue_it_once(conn, db_url):
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, db_url], stdin=subprocess.PIPE,
+                              env=clean_env(), text=True) for _ in range(8)]
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    assert [proc.wait(60) for proc in procs] == [0] * 8
+    assert [r[1] for r in slot_jobs(conn)] == ["2026-08-01T12:00:00+00:00"]
+
+
+def test_the_cli_lists_and_syncs_schedules(conn, db_url):
+    synced = run_cli("schedules", "--sync", "--tasks", "scheduled", "--database-url", db_url)
+    assert synced.returncode == 0, synced.stderr
+    listed = run_cli("schedules", "--json", "--database-url", db_url)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["schedules"]
+    assert [(r["name"], r["queue"], r["cron"], r["tz"]) for r in rows] == [
+        ("report", "report", "0 3 * * *", "Europe/Paris"),
+        ("tick", "ticks", "*/5 * * * *", "UTC")]
+    assert all(r["next_slot"] and r["last_job"] is None for r in rows)
+    conn.execute("UPDATE jobs SET run_at = now()")
+    drained = run_cli("drain", "--tasks", "scheduled", "--database-url", db_url)
+    assert summary_of(drained.stdout)["done"] == 2, drained.stderr
+    rows = json.loads(run_cli("schedules", "--json", "--database-url", db_url).stdout)[
+        "schedules"]
+    assert [r["last_status"] for r in rows] == ["done", "done"]
+    shown = run_cli("schedules", "--database-url", db_url)
+    assert "report" in shown.stdout and "Europe/Paris" in shown.stdout
+
+
+def test_the_next_slot_is_next_due(conn, declared):
+    every5 = Schedule("five", "five", "*/5 * * * *")
+    schedules.declare(every5)
+    with at(datetime(2026, 9, 1, 10, 1, tzinfo=UTC)):
+        summary = drain(conn, {"five": lambda job: None}, Options(["five"]))
+    assert summary.next_due == datetime(2026, 9, 1, 10, 5, tzinfo=UTC)
+    with at(datetime(2026, 9, 1, 10, 5, 1, tzinfo=UTC)):
+        summary = drain(conn, {"five": lambda job: None}, Options(["five"]))
+    assert (summary.done, summary.next_due) == (1, datetime(2026, 9, 1, 10, 10, tzinfo=UTC))
+    assert timedelta(0) < summary.next_due - datetime(2026, 9, 1, 10, 5, 1, tzinfo=UTC)
