@@ -9,6 +9,7 @@ import psycopg
 
 import drainer
 from drainer import queue, sql
+from drainer.db import connect
 from drainer.run import Options, drain
 from tests.helpers import HAND_MADE_TABLE, run_cli
 
@@ -113,3 +114,43 @@ def test_doctor_names_a_missing_priority_index(conn, db_url):
     [finding] = [f for f in json.loads(proc.stdout)["findings"] if f["check"] == "claim_plan"]
     assert "jobs_priority_idx is missing" in finding["summary"]
     assert "(queue, priority DESC, run_at)" in finding["advice"]
+
+
+def test_a_drains_claim_keeps_one_generic_plan_that_still_walks_the_priorities(db_url):
+    """On drainer's own connection the claim is prepared at its first run; the server
+    plans the first five runs for their values, then keeps a generic plan: the claim
+    writes now() instead of a parameter, so the generic plan's estimates are the custom
+    ones' and it is not rejected as dearer (else every claim is planned again)."""
+    with connect(db_url) as conn:
+        for p in (-10, 10, 20, 30):
+            drainer.enqueue_many(conn, "mail", ({} for _ in range(5000)), priority=p)
+        conn.execute("ANALYZE jobs")
+        for _ in range(8):
+            assert len(drainer.claim(conn, ["mail"], 500, LEASE)) == 500
+        plans = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                             "WHERE statement LIKE 'WITH next AS%'").fetchall()
+        assert plans == [(3, 5)]
+        text = queue.claim_sql(10, True).replace("%(queues)s", "$1").replace("%(lease)s", "$2")
+        assert "%(" not in text
+        conn.execute(f"PREPARE generic_claim(text[], interval) AS {text}")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        lines = [r[0].strip() for r in conn.execute(
+            "EXPLAIN (COSTS OFF) EXECUTE generic_claim('{mail,sms,push}', '5 minutes')")]
+    at = next(i for i, line in enumerate(lines) if "LockRows" in line)
+    assert "Limit" in lines[at - 1]
+    assert "Index Scan using jobs_priority_idx on jobs" in lines[at + 1]
+    cond = next(line for line in lines[at + 2:] if line.startswith("Index Cond"))
+    assert "priority = " in cond and "run_at <= now()" in cond
+    assert "Seq Scan" not in "\n".join(lines) and "Recursive Union" in "\n".join(lines)
+
+
+def test_a_claim_given_a_time_claims_what_is_due_by_then(conn):
+    base = conn.execute("SELECT now()").fetchone()[0]
+    due = drainer.enqueue(conn, "mail", {}, priority=1, run_at=base + timedelta(hours=1))
+    later = drainer.enqueue(conn, "mail", {}, priority=2, run_at=base + timedelta(hours=3))
+    assert drainer.claim(conn, ["mail"], 10, LEASE) == []
+    [job] = drainer.claim(conn, ["mail"], 10, LEASE, now=base + timedelta(hours=2))
+    assert job.id == due
+    assert conn.execute("SELECT locked_until FROM jobs WHERE id = %s", [due]).fetchone()[0] == (
+        base + timedelta(hours=2) + LEASE)
+    assert later not in {j.id for j in drainer.claim(conn, ["mail"], 10, LEASE)}
