@@ -11,7 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict, Unpack, overload
@@ -24,6 +24,7 @@ from psycopg.types.json import JsonbLoader
 from . import sql
 from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
+from .limits import Limits
 
 ARCHIVE_BATCH = 10_000
 # How long failed jobs (cancelled ones too) stay in `jobs` after their last attempt was
@@ -181,6 +182,16 @@ def check_priority(priority: int) -> int:
     return priority
 
 
+def _group_meta(group: object) -> str | None:
+    """The meta of a job in `group` (None: no group), or BadInput for a bad group."""
+    if group is None:
+        return None
+    if not isinstance(group, str) or "\x00" in group or len(_utf8(group, "a group")) > MAX_KEY:
+        raise BadInput(f"a group must be a string without NUL characters, at most {MAX_KEY} "
+                       "bytes")
+    return _encode({"group": group})
+
+
 def check_key(key: object) -> str:
     """The key, or BadInput when the text column or its unique index cannot hold it."""
     if not isinstance(key, str) or "\x00" in key:
@@ -190,12 +201,16 @@ def check_key(key: object) -> str:
     return key
 
 
-def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = False) -> None:
+def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = False,
+             meta: bool = False, limits: bool = False) -> None:
     """ConfigError, before anything is sent, when the table lacks what the call uses
     (a hand-made one); the catalog is read again first, in case `migrate` ran since."""
     def lacking(known: sql.Features) -> list[str]:
         return [name for name, used, has in (("priorities", priority, known.priority),
-                                             ("unique keys", key, known.key))
+                                             ("unique keys", key, known.key),
+                                             ("groups", meta, known.meta),
+                                             ("flow control (limits, groups)", limits,
+                                              known.limits))
                 if used and not has]
 
     if lacking(sql.features(conn)):
@@ -223,6 +238,7 @@ def enqueue(
     key: str | None = None,
     replace: bool = False,
     priority: int = 0,
+    group: str | None = None,
     run_at: datetime | None = None,
     delay: float | timedelta | None = None,
     max_attempts: int | None = None,
@@ -230,9 +246,11 @@ def enqueue(
 ) -> int:
     """Insert one job in the caller's transaction and return its id; with a key a
     queued or running job of the queue holds, insert nothing and return the holder's
-    id (`replace`: a queued holder takes this payload, run_at and priority)."""
+    id (`replace`: a queued holder takes this payload, run_at and priority). `group`:
+    for its task's per-group limit (the job's meta records it)."""
     return enqueue_keyed(conn, queue, payload, key=key, replace=replace, priority=priority,
-                         run_at=run_at, delay=delay, max_attempts=max_attempts, now=now).id
+                         group=group, run_at=run_at, delay=delay, max_attempts=max_attempts,
+                         now=now).id
 
 
 class _Options(TypedDict, total=False):
@@ -241,6 +259,7 @@ class _Options(TypedDict, total=False):
     key: str | None
     replace: bool
     priority: int
+    group: str | None
     run_at: datetime | None
     delay: float | timedelta | None
     max_attempts: int | None
@@ -259,11 +278,12 @@ def enqueue_keyed(conn: psycopg.Connection, queue: str, payload: object,
         **_when(options.get("run_at"), options.get("delay")),
     }
     key, priority = options.get("key"), check_priority(options.get("priority", 0))
-    if key is None and priority == 0:
+    group = options.get("group")
+    if key is None and priority == 0 and group is None:
         return Enqueued(int(sql.value(conn, "enqueue", params)), "inserted")
-    _require(conn, priority=priority != 0, key=key is not None)
+    _require(conn, priority=priority != 0, key=key is not None, meta=group is not None)
     params.update(key=None if key is None else check_key(key), priority=priority,
-                  replace=bool(options.get("replace")))
+                  replace=bool(options.get("replace")), meta=_group_meta(group))
     for _ in range(CONFLICT_ROUNDS):
         found = _enqueue_keyed_once(conn, params)
         if found is not None:
@@ -316,12 +336,12 @@ def _roll_back(conn: psycopg.Connection) -> None:
 
 @overload
 def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
-                 keys: None = None, priority: int = 0, run_at: datetime | None = None,
-                 delay: float | timedelta | None = None, max_attempts: int | None = None,
-                 now: datetime | None = None) -> int: ...
+                 keys: None = None, priority: int = 0, group: str | None = None,
+                 run_at: datetime | None = None, delay: float | timedelta | None = None,
+                 max_attempts: int | None = None, now: datetime | None = None) -> int: ...
 @overload
 def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
-                 keys: Iterable[str], priority: int = 0,
+                 keys: Iterable[str], priority: int = 0, group: str | None = None,
                  run_at: datetime | None = None, delay: float | timedelta | None = None,
                  max_attempts: int | None = None, now: datetime | None = None
                  ) -> list[int]: ...
@@ -332,6 +352,7 @@ def enqueue_many(
     *,
     keys: Iterable[str] | None = None,
     priority: int = 0,
+    group: str | None = None,
     run_at: datetime | None = None,
     delay: float | timedelta | None = None,
     max_attempts: int | None = None,
@@ -345,11 +366,14 @@ def enqueue_many(
 
     run_at is computed once by the database clock, then copied with every row, as
     text (it is exact, offset included) so that no row pays for dumping a datetime.
+    `group`: every job's (see `enqueue`).
     """
     check_queue(queue)
-    _require(conn, priority=check_priority(priority) != 0, key=keys is not None)
+    meta = _group_meta(group)
+    _require(conn, priority=check_priority(priority) != 0, key=keys is not None,
+             meta=meta is not None)
     with sql.transaction(conn):
-        params = {"queue": queue, "priority": priority,
+        params = {"queue": queue, "priority": priority, "meta": meta,
                   "run_at": str(sql.value(conn, "db_time", {"now": now, **_when(run_at, delay)})),
                   "max_attempts": DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts}
         if keys is None:
@@ -368,10 +392,15 @@ def _encoded(payloads: Iterable[object]) -> Iterator[str]:
 
 def _copy_jobs(conn: psycopg.Connection, payloads: Iterable[object],
                params: dict[str, Any]) -> int:
-    """The keyless path: COPY straight into jobs (the priority column only if used)."""
+    """The keyless path: COPY straight into jobs (the priority and meta columns only if
+    used)."""
     count = 0
-    extra = (params["priority"],) if params["priority"] else ()
-    with sql.copy(conn, "copy_jobs_priority" if extra else "copy_jobs") as copy:
+    extra: tuple[object, ...] = ()
+    if params["priority"] or params["meta"]:
+        extra = (params["priority"],) + ((params["meta"],) if params["meta"] else ())
+    name = ("copy_jobs_meta" if params["meta"] else "copy_jobs_priority") if extra else (
+        "copy_jobs")
+    with sql.copy(conn, name) as copy:
         head = (params["queue"],)
         tail = (params["run_at"], params["max_attempts"], *extra)
         for text in _encoded(payloads):
@@ -433,28 +462,75 @@ def _checked_rows(payloads: list[object], keys: list[str]) -> str:
         raise
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What one claim takes: up to `size` ready jobs of `queues`, and of each queue of
+    `limited` at most `take` (its process's free handler slots) and what its limits
+    leave, under `lease`."""
+
+    queues: Sequence[str]
+    size: int
+    lease: timedelta
+    limited: Sequence[Limits] = ()
+    take: int = 0
+
+
 def claim(
     conn: psycopg.Connection,
     queues: Sequence[str],
     batch_size: int,
     lease: timedelta,
     *,
+    limited: Sequence[Limits] = (),
+    take: int = 1,
     now: datetime | None = None,
 ) -> list[Job]:
-    """Claim up to `batch_size` ready jobs, highest priority then oldest run_at first
-    (oldest first on a table without priorities); commits at once."""
-    text = claim_sql(batch_size, *claim_kind(conn), now is not None)
-    return [Job(*row) for row in _claim(conn, text, queues, lease, now).fetchall()]
+    """Claim up to `batch_size` ready jobs of `queues`, highest priority then oldest
+    run_at first (oldest first on a table without priorities), and up to `take` of
+    each queue of `limited` within its limits; commits at once."""
+    return _jobs(_claims(conn, Claim(queues, batch_size, lease, limited, take), now))
 
 
-def _claim(conn: psycopg.Connection, text: str, queues: Sequence[str],
+def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
+            ) -> list[psycopg.Cursor]:
+    """Send the claims `spec` asks for: the plain one for queues without limits, and
+    for those with limits one in a transaction that first takes their locks."""
+    cursors = []
+    if spec.queues:
+        text = claim_sql(spec.size, *claim_kind(conn), now is not None)
+        cursors.append(_claim(conn, text, {"queues": list(spec.queues)}, spec.lease, now))
+    if spec.limited:
+        _require(conn, limits=True)
+        rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
+        rated = [lim.queue for lim in spec.limited if lim.rate is not None]
+        with sql.pipeline(conn), sql.transaction(conn):  # one round trip
+            sql.run(conn, "limits_lock", {"limits": rows, "now": now})
+            cursors.append(_claim(conn, limited_sql(now is not None),
+                                  {"limits": rows, "rated": rated}, spec.lease, now))
+    return cursors
+
+
+def _jobs(cursors: Sequence[psycopg.Cursor]) -> list[Job]:
+    with translated():
+        return [Job(*row) for cursor in cursors for row in cursor.fetchall()]
+
+
+def _claim(conn: psycopg.Connection, text: str, params: dict[str, object],
            lease: timedelta, now: datetime | None = None) -> psycopg.Cursor:
     cursor = conn.cursor()
     # The rows are claimed once the statement commits: one payload that fails to
     # load must not lose the whole batch (nor crash every later drain).
     cursor.adapters.register_loader("jsonb", _PayloadLoader)
-    params = {"queues": list(queues), "lease": lease, "now": now}
-    return sql.execute(cursor, text, params)
+    return sql.execute(cursor, text, {**params, "lease": lease, "now": now})
+
+
+@lru_cache(maxsize=4)
+def limited_sql(given_now: bool = False) -> str:
+    """The claim of queues with limits (a migrated table: priorities and meta), which
+    records the starts its rate limits count."""
+    text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
+                       claim_no_starts="claim_starts")
+    return text if given_now else text.replace("coalesce(%(now)s, now())", "now()")
 
 
 def claim_kind(conn: psycopg.Connection) -> tuple[bool, bool]:
@@ -619,7 +695,7 @@ def settle(
     unstarted: Sequence[Job],
     *,
     results: Mapping[int, str] | None = None,
-    claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    claim_next: Claim | None = None,
     also: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
@@ -630,7 +706,6 @@ def settle(
     statements in the same round trip (their answers are not read). Only what there
     is to send is sent."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
-    text = claim_sql(claim_next[1], *claim_kind(conn), now is not None) if claim_next else ""
     with sql.pipeline(conn):
         if results:
             kept = [job for job in succeeded if job.id in results]
@@ -639,9 +714,8 @@ def settle(
         written = sql.run(conn, "settle", params) if params else None
         if also is not None:
             also(conn)
-        claimed = _claim(conn, text, claim_next[0], claim_next[2], now) if claim_next else None
-    return _settled(written.fetchall() if written is not None else (),
-                    [Job(*row) for row in claimed.fetchall()] if claimed is not None else [])
+        claimed = _claims(conn, claim_next, now) if claim_next else []
+    return _settled(written.fetchall() if written is not None else (), _jobs(claimed))
 
 
 def settle_again(
@@ -650,7 +724,7 @@ def settle_again(
     failures: Failures,
     *,
     results: Mapping[int, str] | None = None,
-    claim_next: tuple[Sequence[str], int, timedelta] | None = None,
+    claim_next: Claim | None = None,
     also: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
@@ -724,9 +798,22 @@ class Due:
     now: datetime
 
 
-def due(conn: psycopg.Connection, queues: Sequence[str], *, now: datetime | None = None) -> Due:
-    """When more work of `queues` becomes ready, and why, in one statement."""
-    return Due(*sql.rows(conn, "next_due", {"queues": list(queues), "now": now})[0])
+def due(conn: psycopg.Connection, queues: Sequence[str], *,
+        limited: Sequence[Limits] = (), now: datetime | None = None) -> Due:
+    """When more work of `queues` and of the queues with `limited` becomes ready, and
+    why: for the latter, when their limits let a job start (in a second statement)."""
+    plain = Due(*sql.rows(conn, "next_due", {"queues": list(queues), "now": now})[0])
+    if not limited:
+        return plain
+    rows = json.dumps([asdict(lim) for lim in limited])
+    run_at, lease_end = sql.rows(conn, "due_limited", {"limits": rows, "now": now})[0]
+    run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)
+    first = _earliest(run_at, lease_end)
+    return Due(None if first is None else max(first, plain.now), run_at, lease_end, plain.now)
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
+    return min((m for m in moments if m is not None), default=None)
 
 
 def next_due(
@@ -765,6 +852,15 @@ def result(conn: psycopg.Connection, job_id: int) -> Any:
     if isinstance(value, Undecodable):
         raise NoResult(f"job {job_id}: its result cannot be loaded: {value.reason}", status)
     return value
+
+
+def record_limits(conn: psycopg.Connection, limited: Sequence[Limits],
+                  unlimited: Sequence[str]) -> None:
+    """Write the limits in force for `stats` and `doctor` (where they changed), and
+    forget those of `unlimited` queues."""
+    _require(conn, limits=True)
+    sql.run(conn, "limits_record", {"limits": json.dumps([asdict(lim) for lim in limited]),
+                                    "unlimited": list(unlimited)})
 
 
 def has_schedules(conn: psycopg.Connection, *, stored: bool = False) -> bool:

@@ -21,6 +21,7 @@ from . import clock, queue, schedules
 from . import tasks as tasks_
 from .batch import Batch, Outcome
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
+from .limits import Limits
 from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)
@@ -240,7 +241,16 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
     tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
     _check_results(link.conn, [t for name, t in tasks.items() if name in options.queues])
     db_now = link.send(lambda c: _reconcile(c, handlers, options.queues))
+    plain, limited = _split(tasks, options.queues)
+    if limited:
+        link.send(lambda c: queue.record_limits(c, limited, _unlimited(handlers, plain)))
     sizer = Sizer(options.batch_size, options.concurrency)
+
+    def claim(size: int) -> queue.Claim:
+        # A limited queue takes no more than the process's free handler slots: jobs
+        # waiting in a batch would hold a place its running ones could use.
+        return queue.Claim(plain, size, options.lease, limited,
+                           take=min(size, options.concurrency))
 
     def remaining() -> float | None:
         return None if options.deadline is None else options.deadline - clock.monotonic()
@@ -258,7 +268,8 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
 
     size, summary.stopped = next_size()
     sent = clock.monotonic()
-    jobs = link.send(lambda c: queue.claim(c, options.queues, size, options.lease,
+    jobs = link.send(lambda c: queue.claim(c, plain, size, options.lease, limited=limited,
+                                           take=min(size, options.concurrency),
                                            now=clock.database_now())) if size else []
     if jobs and on_claim:
         on_claim()
@@ -279,8 +290,7 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
         else:
             size, summary.stopped = next_size()
         sent = clock.monotonic()
-        settled = _settle(link, outcome, (options.queues, size, options.lease) if size else None,
-                          db_now)
+        settled = _settle(link, outcome, claim(size) if size else None, db_now)
         _record(settled, outcome, summary, len(jobs))
         _log_failures(settled, outcome)
         if on_batch:
@@ -290,7 +300,7 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
     summary.archived = link.send(lambda c: queue.archive(
         c, options.archive_after, failed_older_than=options.archive_failed_after,
         to_table=has_archive, now=clock.database_now()))
-    due = link.send(lambda c: queue.due(c, options.queues, now=clock.database_now()))
+    due = link.send(lambda c: queue.due(c, plain, limited=limited, now=clock.database_now()))
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
         due.next_due, due.run_at, due.lease_end, due.now)
 
@@ -339,7 +349,20 @@ class DatabaseClock:
             seconds=clock.monotonic() - self.at)
 
 
-def _settle(link: Link, outcome: Outcome, claim_next: tuple[list[str], int, timedelta] | None,
+def _split(tasks: Mapping[str, Task], queues: list[str]) -> tuple[list[str], list[Limits]]:
+    """The drained queues without limits, and the limits of the others."""
+    limited = [tasks[q].limits for q in queues if tasks[q].limits.any]
+    return [q for q in queues if not tasks[q].limits.any], limited
+
+
+def _unlimited(handlers: Mapping[str, Handler], plain: list[str]) -> list[str]:
+    """The queues without limits whose handler is a registered task (its module loaded):
+    any limits recorded for them are gone from the code."""
+    registered = tasks_.registered()
+    return [q for q in plain if registered.get(q) is handlers[q]]
+
+
+def _settle(link: Link, outcome: Outcome, claim_next: queue.Claim | None,
             db_now: DatabaseClock | None) -> queue.Settled:
     """Write a batch back with the next claim in one round trip (and what comes after
     the slots of schedules that ran). If the session drops, the results (guarded, so

@@ -148,6 +148,7 @@ class Features:
     result: bool
     meta: bool
     schedules: bool
+    limits: bool
     scheduled: bool  # the schedules table ever held a row (statistics: may lag)
 
 
@@ -160,7 +161,7 @@ def features(conn: psycopg.Connection) -> Features:
     run on it since forgets it: `forget`)."""
     known = _features.get(conn)
     if known is None:
-        known = _features[conn] = Features(*row(conn, "features") or (False,) * 9)
+        known = _features[conn] = Features(*row(conn, "features") or (False,) * 10)
     return known
 
 

@@ -14,6 +14,7 @@ import psycopg
 
 from . import queue, schedules
 from .errors import ConfigError
+from .limits import limits
 from .queue import Job, check_queue
 from .retry import Backoff, Policy
 from .schedules import Schedule
@@ -29,7 +30,8 @@ class Task:
     def __init__(self, fn: Handler, queue: str, *, timeout: float | timedelta | None = None,
                  max_attempts: int | None = None, backoff: Backoff | None = None,
                  retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
-                 keep_result: bool = False):
+                 keep_result: bool = False, concurrency: int | None = None,
+                 per_group: int | None = None, rate: str | None = None):
         where = f"@task({queue!r})"
         self.fn = fn
         self.queue = check_queue(queue)
@@ -40,6 +42,7 @@ class Task:
                               "(drainer.Exponential(), drainer.Constant(30), a lambda...)")
         self.policy = Policy(backoff, _exceptions(retry_on, where))
         self.keep_result = bool(keep_result)
+        self.limits = limits(queue, concurrency, per_group, rate)
         functools.update_wrapper(self, fn)
 
     def of(self, fn: Handler) -> "Task":
@@ -109,8 +112,9 @@ _REGISTRY: dict[str, Task] = {}
 def task(queue: str, *, timeout: float | timedelta | None = None,
          max_attempts: int | None = None, backoff: Backoff | None = None,
          retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
-         keep_result: bool = False, cron: str | None = None, tz: str = "UTC",
-         ) -> Callable[[Handler], Task]:
+         keep_result: bool = False, concurrency: int | None = None,
+         per_group: int | None = None, rate: str | None = None, cron: str | None = None,
+         tz: str = "UTC") -> Callable[[Handler], Task]:
     """Register the decorated function as the handler of `queue`; returns a Task.
 
     Returning completes the job (`keep_result`: the return value is stored on the job
@@ -120,6 +124,12 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     `retry_on` (exception classes): any other exception fails the job at once.
     `drainer.Retry` and `drainer.Snooze` ask for a retry or a snooze explicitly.
     `max_attempts`: the default for jobs enqueued through the task object.
+    `concurrency`: at most this many of the queue's jobs run at once across every
+    drainer and invocation (`--concurrency` is one process's handler threads);
+    `per_group`: at most this many per group (`enqueue(..., group=...)`), and with 1
+    a group's jobs run one at a time in enqueue order; `rate` ("100/minute", per
+    second, minute or hour): at most that many starts in any such window. The
+    database enforces them in the claim.
     `cron` (with `tz`): the task's jobs come from a schedule of its own, named after
     the queue (`drainer.schedule` declares more than one, each with its payload).
 
@@ -131,7 +141,8 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     """
     # Built now, so that a bad option is an error where @task(...) is written.
     shape = Task(_unset, queue, timeout=timeout, max_attempts=max_attempts, backoff=backoff,
-                 retry_on=retry_on, keep_result=keep_result)
+                 retry_on=retry_on, keep_result=keep_result, concurrency=concurrency,
+                 per_group=per_group, rate=rate)
     own = None if cron is None else Schedule(queue, queue, cron, tz, max_attempts=max_attempts)
 
     def register(fn: Handler) -> Task:

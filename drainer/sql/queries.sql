@@ -30,8 +30,8 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 -- The schema's optional parts (only `jobs` is required): the version table, the
 -- archive table (else archiving deletes), migration 5's done_at column,
 -- migration 6's priority column and unique keys (the key column and its index), and
--- migration 7's result column, migration 6's meta column, and migration 8's schedules
--- table, and whether it ever held a row (by the statistics, which may lag a moment: a
+-- migration 7's result column, migration 6's meta column, migration 8's schedules
+-- table, migration 9's flow control (its table of starts), and whether it ever held a row (by the statistics, which may lag a moment: a
 -- drain with no schedule declared reads the table only then, so a database that never
 -- used schedules pays no statement for them).
 SELECT to_regclass('drainer_schema') IS NOT NULL,
@@ -42,6 +42,7 @@ SELECT to_regclass('drainer_schema') IS NOT NULL,
        'result' = ANY (c.names),
        'meta' = ANY (c.names),
        to_regclass('drainer_schedules') IS NOT NULL,
+       to_regclass('drainer_starts') IS NOT NULL,
        coalesce((SELECT n_tup_ins + n_live_tup > 0 FROM pg_stat_user_tables
                  WHERE relid = to_regclass('drainer_schedules')), false)
 FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
@@ -91,7 +92,7 @@ WITH next AS (:claim_oldest), claimed AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
             (:claim_no_meta) AS meta
-)
+), started AS (:claim_no_starts)
 SELECT c.id, c.queue, c.payload, c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
@@ -104,6 +105,106 @@ SELECT NULL::jsonb;
 
 -- name: claim_meta
 SELECT j.meta;
+
+-- name: claim_no_starts
+-- `claim`'s record of the starts that rate limits count: none, but for a limited claim
+-- (claim_starts). An unreferenced SELECT in a WITH is never run.
+SELECT 1;
+
+-- name: claim_starts
+-- A limited claim's starts, one row each for the queues with a rate limit: the tokens
+-- of their sliding window, taken for good (a job given back does not return its own).
+INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1;
+
+-- name: limits_lock
+-- Before a limited claim, in its transaction: one lock per limited queue, in one order
+-- (no deadlock), held until the claim commits, so two drainers never count a limit's
+-- room at once; the claim that follows is a new statement, whose snapshot sees every
+-- claim committed before the lock was granted. The locks are the statement's rows
+-- (a lock in a CTE nothing reads would never be taken); old starts are pruned on the way.
+WITH l AS (
+  SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb) AS l(queue text, per_seconds float8)
+), pruned AS (
+  DELETE FROM drainer_starts s
+  USING l
+  WHERE s.queue = l.queue
+    AND s.at <= coalesce(%(now)s, now()) - make_interval(secs => l.per_seconds)
+)
+SELECT pg_advisory_xact_lock(hashtext('drainer.limit'), hashtext(l.queue))
+FROM l
+ORDER BY l.queue;
+
+-- name: limited_eligible
+-- (An expression.) Whether queued job j of limited queue l may start as far as its
+-- group goes: fewer than per_group jobs of its group are running or were enqueued
+-- before it and still wait, so a group's jobs start in enqueue order (id), and one
+-- waiting for its retry holds back those after it. Jobs without a group are free.
+l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  SELECT count(*) FROM (
+    SELECT FROM jobs g
+    WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+      AND g.status IN ('queued', 'running') AND (g.status = 'running' OR g.id < j.id)
+    LIMIT l.per_group) AS ahead) < l.per_group;
+
+-- name: claim_limited
+-- `claim`'s rows for queues with limits (%(limits)s: one object per queue, with how
+-- many it may take): each queue takes at most the room its limits leave, counted
+-- under limits_lock: its concurrency less its running jobs (a crashed worker's count
+-- until they are reaped), its rate less the starts in its window; then its ready
+-- jobs, highest priority then oldest run_at first, that their group lets start.
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8, take int)
+CROSS JOIN LATERAL (
+  SELECT least(l.take,
+               l.concurrency - (SELECT count(*) FROM jobs r
+                                WHERE r.queue = l.queue AND r.status = 'running'),
+               l.rate - (SELECT count(*) FROM drainer_starts s
+                         WHERE s.queue = l.queue AND s.at > coalesce(%(now)s, now())
+                                                            - make_interval(secs => l.per_seconds)))
+         AS room
+) AS n
+CROSS JOIN LATERAL (
+  SELECT j.id, j.priority, j.run_at FROM jobs j
+  WHERE j.queue = l.queue AND j.status = 'queued' AND j.run_at <= coalesce(%(now)s, now())
+    AND (:limited_eligible)
+  ORDER BY j.priority DESC, j.run_at
+  LIMIT greatest(n.room, 0)
+  FOR UPDATE SKIP LOCKED
+) AS c;
+
+-- name: due_limited
+-- `next_due`'s sources for queues with limits: the earliest moment a queued job may
+-- start (now when one is ready and its limits have room; else the earliest future
+-- run_at; never before the rate's next token, when the window is full), and the
+-- earliest lease end of a running job (whose end, or its holder's death, frees a
+-- place). A drain that met only throttled jobs thus arms a wake-up instead of going on.
+WITH t(now) AS (SELECT coalesce(%(now)s, now())), l AS (
+  SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb)
+         AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8)
+), s AS MATERIALIZED (
+  SELECT l.*, t.now,
+    (SELECT st.at + make_interval(secs => l.per_seconds) FROM drainer_starts st
+     WHERE st.queue = l.queue AND st.at > t.now - make_interval(secs => l.per_seconds)
+     ORDER BY st.at DESC OFFSET greatest(l.rate - 1, 0) LIMIT 1) AS token,
+    coalesce((SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+             >= l.concurrency, false) AS full,
+    (SELECT min(run_at) FROM jobs WHERE queue = l.queue AND status = 'queued'
+       AND run_at > t.now AND run_at < '9999-01-01') AS later,
+    (SELECT min(locked_until) FROM jobs WHERE queue = l.queue AND status = 'running'
+       AND locked_until < '9999-01-01') AS leased
+  FROM l, t
+)
+SELECT min(CASE WHEN NOT s.full AND EXISTS (
+                  SELECT FROM jobs j, l WHERE l.queue = s.queue AND j.queue = s.queue
+                    AND j.status = 'queued' AND j.run_at <= s.now AND (:limited_eligible))
+                THEN greatest(s.now, s.token)
+                WHEN s.later IS NOT NULL THEN greatest(s.later, s.token) END),
+       min(s.leased)
+FROM s;
 
 -- name: queues
 -- The queues of a claim, one row each, as q(name). The planner cannot see
@@ -355,7 +456,7 @@ RETURNING id;
 SELECT coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, interval '0'));
 
 -- name: enqueue_keyed
--- One job with a priority or a key (migration 6), in one round trip: inserted, unless
+-- One job with a priority, a key or a group (in meta; migration 6), in one round trip: inserted, unless
 -- a queued or running job of the queue holds the key; then that holder's id, with its
 -- status, or 'replaced' when %(replace)s gave a queued holder the new payload, run_at
 -- and priority. No row: the holder that stopped the insert committed after this
@@ -365,9 +466,9 @@ SELECT coalesce(%(run_at)s, coalesce(%(now)s, now()) + coalesce(%(delay)s, inter
 -- caller commits (the worker's writes would wait): queue.enqueue() sends this in a
 -- savepoint and rolls back to it when that can have happened.
 WITH new AS (
-  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key)
+  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key, meta)
   VALUES (%(queue)s, %(payload)s::jsonb, (:db_time), %(max_attempts)s, %(priority)s,
-          %(key)s)
+          %(key)s, %(meta)s::jsonb)
   ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('queued', 'running')
   DO NOTHING
   RETURNING id
@@ -403,6 +504,9 @@ COPY jobs (queue, payload, run_at, max_attempts) FROM STDIN;
 -- name: copy_jobs_priority
 COPY jobs (queue, payload, run_at, max_attempts, priority) FROM STDIN;
 
+-- name: copy_jobs_meta
+COPY jobs (queue, payload, run_at, max_attempts, priority, meta) FROM STDIN;
+
 -- name: enqueue_keyed_batch
 -- enqueue_many with keys: the rows of one JSON array of [payload, key] pairs (its keys
 -- distinct), inserted in their order; returns their ids, ascending, which is their
@@ -411,8 +515,9 @@ COPY jobs (queue, payload, run_at, max_attempts, priority) FROM STDIN;
 -- statement fail on the unique index, and queue.enqueue_many() undoes it to a savepoint
 -- and sends the other keys again.
 WITH new AS (
-  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key)
-  SELECT %(queue)s, t.pair -> 0, %(run_at)s, %(max_attempts)s, %(priority)s, t.pair ->> 1
+  INSERT INTO jobs (queue, payload, run_at, max_attempts, priority, key, meta)
+  SELECT %(queue)s, t.pair -> 0, %(run_at)s, %(max_attempts)s, %(priority)s, t.pair ->> 1,
+         %(meta)s::jsonb
   FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t(pair, n)
   ORDER BY t.n
   RETURNING id
@@ -692,3 +797,21 @@ FROM drainer_schedules s
 LEFT JOIN jobs j ON j.id = s.last_job
 LEFT JOIN jobs_archive a ON a.id = s.last_job AND j.id IS NULL
 ORDER BY s.withdrawn, s.name;
+
+-- name: limits_record
+-- The limits the drain's code declares for its queues (%(limits)s), for `stats` and
+-- `doctor`, written only where they changed; the queues of %(unlimited)s (drained, with
+-- a task and no limits now) lose theirs.
+WITH l AS (
+  SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb)
+         AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8)
+), gone AS (
+  DELETE FROM drainer_limits WHERE queue = ANY(%(unlimited)s::text[])
+)
+INSERT INTO drainer_limits AS d (queue, concurrency, per_group, rate, per_seconds)
+SELECT queue, concurrency, per_group, rate, per_seconds FROM l
+ON CONFLICT (queue) DO UPDATE
+SET concurrency = excluded.concurrency, per_group = excluded.per_group,
+    rate = excluded.rate, per_seconds = excluded.per_seconds, updated_at = now()
+WHERE (d.concurrency, d.per_group, d.rate, d.per_seconds) IS DISTINCT FROM
+      (excluded.concurrency, excluded.per_group, excluded.rate, excluded.per_seconds);

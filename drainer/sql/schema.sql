@@ -140,3 +140,28 @@ CREATE TABLE IF NOT EXISTS drainer_schedules (
   last_job    bigint,
   updated_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- migration: 9  flow control: groups, job starts for rate limits, the limits in force
+-- A job's group is meta's "group" (enqueue(..., group=...)); this index finds a
+-- group's queued and running jobs in enqueue order, for per-group limits and FIFO,
+-- with no column added (so no table rewrite). drainer_starts: one row per job start
+-- of a rate-limited queue, the tokens of its sliding window (pruned as they age out).
+-- drainer_limits: each limited queue's limits as the latest drain declared them, for
+-- `stats` and `doctor` (the claim takes them from the code, not from here).
+CREATE INDEX IF NOT EXISTS jobs_group_idx ON jobs (queue, (meta ->> 'group'), id)
+WHERE meta ? 'group' AND status IN ('queued', 'running');
+
+CREATE TABLE IF NOT EXISTS drainer_starts (
+  queue text        NOT NULL,
+  at    timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS drainer_starts_idx ON drainer_starts (queue, at);
+
+CREATE TABLE IF NOT EXISTS drainer_limits (
+  queue       text        PRIMARY KEY,
+  concurrency int,
+  per_group   int,
+  rate        int,
+  per_seconds float8,
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);

@@ -1,0 +1,59 @@
+"""Flow control that holds across every drainer: a queue's concurrency, its groups'
+and its rate, enforced by the database in the claim.
+
+A queue with limits is claimed in a transaction of its own that first takes one
+advisory lock per limited queue (`limits_lock`), so two drainers never count the
+same room; its claim (`claim_limited`) then takes at most what the limits leave.
+Queues without limits keep the plain claim, and pay nothing for this.
+"""
+
+import re
+from dataclasses import asdict, dataclass
+
+from .errors import ConfigError
+
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)s?\s*$")
+_PER = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A queue's limits (None: no such limit): `concurrency`, jobs running at once
+    across every drainer (unlike --concurrency, a process's handler threads);
+    `per_group`, running jobs per group (1: a group's jobs one at a time, in enqueue
+    order); `rate` starts per `per_seconds`, a sliding window."""
+
+    queue: str
+    concurrency: int | None = None
+    per_group: int | None = None
+    rate: int | None = None
+    per_seconds: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.concurrency, self.per_group, self.rate))
+
+    def row(self, take: int) -> dict[str, object]:
+        """This queue's object in a limited claim's `limits` JSON."""
+        return {**asdict(self), "take": take}
+
+
+def limits(queue: str, concurrency: int | None, per_group: int | None,
+           rate: str | None) -> Limits:
+    """A task's limits, checked; ConfigError names the bad one."""
+    where = f"@task({queue!r})"
+    for name, value in (("concurrency", concurrency), ("per_group", per_group)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"{where}: {name} must be a whole number from 1 up (jobs "
+                              "running at once across every drainer)")
+    count, per = (None, None) if rate is None else _rate(rate, where)
+    return Limits(queue, concurrency, per_group, count, per)
+
+
+def _rate(text: object, where: str) -> tuple[int, float]:
+    found = _RATE.match(text) if isinstance(text, str) else None
+    if found is None or int(found[1]) < 1:
+        raise ConfigError(f"{where}: rate must look like '100/minute' (per second, minute "
+                          "or hour; at least 1)")
+    return int(found[1]), _PER[found[2]]

@@ -1,0 +1,176 @@
+"""Flow control across drainers, enforced in the claim: concurrency, per-group FIFO,
+rate; checked from what real drainer processes recorded (tests/tasks/limited.py)."""
+
+import json
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import drainer
+from drainer import queue
+from drainer.limits import Limits, limits
+from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
+from tests.tasks.limited import RUNS
+
+
+def drainers(db_url: str, count: int, *extra: str) -> list[subprocess.Popen]:
+    env = clean_env(DRAINER_DATABASE_URL=db_url)
+    return [subprocess.Popen([sys.executable, "-m", "drainer", "drain", "--tasks", "limited",
+                              "--concurrency", "4", *extra],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(count)]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[dict]:
+    summaries = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        summaries.append(summary_of(out))
+    return summaries
+
+
+def drain_until_done(conn, db_url: str, queue_name: str, processes: int = 8) -> None:
+    """Rounds of `processes` drainers, as a scheduler would start them, until every job
+    of the queue is done."""
+    for _ in range(20):
+        finish(drainers(db_url, processes, "--queue", queue_name))
+        conn.execute("UPDATE jobs SET run_at = now() WHERE status = 'queued'")
+        left = conn.execute("SELECT count(*) FROM jobs WHERE queue = %s AND status <> 'done'",
+                            (queue_name,)).fetchone()[0]
+        if not left:
+            return
+    pytest.fail(f"{left} jobs of {queue_name} never finished")
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals that overlap at one moment."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+                    key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.fixture
+def runs(conn):
+    conn.execute(RUNS)
+    return conn
+
+
+def test_eight_drainers_never_run_more_than_the_concurrency_limit(runs, db_url):
+    drainer.enqueue_many(runs, "capped", [{"sleep": 0.002}] * 2000)
+    drain_until_done(runs, db_url, "capped")
+    intervals = runs.execute("SELECT started, ended FROM limit_runs WHERE queue = 'capped'"
+                             ).fetchall()
+    assert len(intervals) == 2000
+    assert most_at_once(intervals) <= 3
+    assert most_at_once(intervals) == 3  # and the limit was used, not a single file
+
+
+def test_a_group_runs_one_job_at_a_time_in_enqueue_order_across_retries(runs, db_url):
+    for n in range(400):
+        drainer.enqueue(runs, "fifo", {"sleep": 0.002, "fail_first": n % 7 == 3},
+                        group=f"customer-{n % 10}")
+    drainer.enqueue_many(runs, "fifo", [{}] * 50)  # no group: free
+    drain_until_done(runs, db_url, "fifo")
+    by_group = defaultdict(list)
+    for job_id, grp, started, ended, ok in runs.execute(
+            "SELECT job_id, grp, started, ended, ok FROM limit_runs WHERE queue = 'fifo' "
+            "AND grp IS NOT NULL ORDER BY started"):
+        by_group[grp].append((job_id, started, ended, ok))
+    assert len(by_group) == 10
+    for grp, executions in by_group.items():
+        assert most_at_once([(s, e) for _, s, e, _ in executions]) == 1, grp
+        # In enqueue order: a job starts only once every earlier job of its group is
+        # done, its failed first attempt and its retry included.
+        ids = [job_id for job_id, *_ in executions]
+        assert ids == sorted(ids), grp
+        retried = [job_id for job_id, _, _, ok in executions if not ok]
+        assert retried and all(ids.count(j) == 2 for j in retried)
+
+
+def test_a_rate_limit_holds_in_every_window(runs, db_url):
+    drainer.enqueue_many(runs, "rated", [{}] * 70)
+    finish(drainers(db_url, 4, "--queue", "rated"))
+    while runs.execute("SELECT count(*) FROM jobs WHERE queue = 'rated' AND status = 'queued'"
+                       ).fetchone()[0]:
+        finish(drainers(db_url, 4, "--queue", "rated"))
+    claimed = sorted(t for (t,) in runs.execute(
+        "SELECT claimed FROM limit_runs WHERE queue = 'rated'"))
+    assert len(claimed) == 70
+    # By the database's clock at each claim: no window of one second holds 21.
+    assert all(claimed[i + 20] - claimed[i] >= 1.0 for i in range(len(claimed) - 20))
+
+
+def test_a_drain_that_meets_only_throttled_jobs_stops_with_next_due_at_the_next_token(
+        runs, db_url):
+    drainer.enqueue_many(runs, "rated", [{}] * 25)
+    [summary] = finish(drainers(db_url, 1, "--queue", "rated"))
+    assert summary["done"] == 20 and summary["stopped"] == "empty"
+    first = runs.execute("SELECT min(at) FROM drainer_starts").fetchone()[0]
+    assert summary["next_due"] is not None
+    due = drainer.queue.datetime.fromisoformat(summary["next_due"])
+    assert due == first + timedelta(seconds=1)  # when the oldest start leaves the window
+
+
+def test_a_killed_drainers_job_holds_its_place_until_reaped(runs, db_url, tmp_path):
+    release = tmp_path / "release"
+    held = drainer.enqueue(runs, "single", {"wait_for": str(release)})
+    waiting = drainer.enqueue(runs, "single", {})
+    [first] = drainers(db_url, 1, "--queue", "single")
+    wait_until(lambda: runs.execute("SELECT status FROM jobs WHERE id = %s", (held,)
+                                    ).fetchone()[0] == "running")
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    [summary] = finish(drainers(db_url, 1, "--queue", "single"))
+    assert summary["claimed"] == 0  # the dead worker's job still counts
+    lease_end = runs.execute("SELECT locked_until FROM jobs WHERE id = %s", (held,)).fetchone()[0]
+    assert drainer.queue.datetime.fromisoformat(summary["next_due"]) == lease_end
+    runs.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
+                 (held,))  # its lease runs out
+    release.write_text("")
+    [summary] = finish(drainers(db_url, 1, "--queue", "single"))
+    assert summary["reaped"] == 1 and summary["done"] == 2
+    assert runs.execute("SELECT status FROM jobs WHERE id = %s", (waiting,)).fetchone() == (
+        "done",)
+
+
+def test_limits_are_checked_where_they_are_declared():
+    for bad in ({"concurrency": 0}, {"per_group": -1}, {"concurrency": True},
+                {"rate": "100/fortnight"}, {"rate": "0/second"}, {"rate": 100}):
+        with pytest.raises(drainer.ConfigError):
+            drainer.task("x", **bad)
+    assert limits("q", None, None, "100/minute") == Limits("q", rate=100, per_seconds=60.0)
+    assert limits("q", None, None, " 5 / hours ") == Limits("q", rate=5, per_seconds=3600.0)
+
+
+def test_a_group_on_a_hand_made_table_says_to_migrate(empty_db_url):
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(HAND_MADE_TABLE)
+        with pytest.raises(drainer.ConfigError, match="drainer migrate"):
+            drainer.enqueue(conn, "fifo", {}, group="g")
+        drainer.enqueue(conn, "capped", {})
+        with pytest.raises(drainer.ConfigError, match="drainer migrate"):
+            queue.claim(conn, [], 10, timedelta(minutes=5),
+                        limited=[Limits("capped", concurrency=3)], take=1)
+
+
+def test_queues_without_limits_keep_the_plain_claim(conn):
+    drainer.enqueue(conn, "plain", {})
+    drainer.enqueue(conn, "capped", {})
+    text = queue.claim_sql(10, *queue.claim_kind(conn))
+    assert "drainer_starts" not in text and "advisory" not in text
+    jobs = queue.claim(conn, ["plain"], 10, timedelta(minutes=5),
+                       limited=[Limits("capped", concurrency=1)], take=5)
+    assert sorted(j.queue for j in jobs) == ["capped", "plain"]
+    assert queue.claim(conn, [], 10, timedelta(minutes=5),
+                       limited=[Limits("capped", concurrency=1)], take=5) == []
+    assert json.loads(json.dumps(Limits("capped", concurrency=1).row(5)))["take"] == 5
