@@ -11,6 +11,10 @@ from typing import Literal
 from .run import Summary
 
 SOON = timedelta(minutes=1)  # a wake-up schedule has minute granularity
+# A wake-up fires at its minute by the scheduler's clock, which may be a moment ahead
+# of the database's: a job due on the minute (a schedule's slot) is then not due yet.
+# Any run waits that moment out rather than arm a wake-up for a minute already begun.
+CLOCK_SLACK = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,9 @@ def after_run(
     # finishes, so waiting for a lease end would most likely be for nothing), and
     # only after a drain that claimed something: one that found nothing lost the
     # race to a sibling, and in a burst every run would wait for the same job. It
-    # arms the wake-up instead, whose name dedupes across runs.
-    if not lease and summary.claimed and due - now <= SOON and remaining > due - now:
+    # arms the wake-up instead, whose name dedupes across runs; but a job due within
+    # CLOCK_SLACK is waited for by any run.
+    if not lease and remaining > due - now and (
+            due - now <= CLOCK_SLACK or (summary.claimed and due - now <= SOON)):
         return Next("wait", due)
     return Next("wake", ceil_minute(due), lease=lease, leases_from=leases_from)

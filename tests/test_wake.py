@@ -50,6 +50,10 @@ def summary(run_at: datetime | None, lease_end: datetime | None, claimed: int) -
     (NOW + 20 * S, None, 0, 0, 600 * S, Next("wake", minute(1))),
     (NOW + 20 * S, NOW + 400 * S, 0, 0, 600 * S, Next("wake", minute(1),
                                                       leases_from=minute(8))),
+    # Due a moment from now by the database's clock (a wake-up that fired on the
+    # minute, ahead of it): any run waits it out, a minute already begun cannot be armed.
+    (NOW + 2 * S, None, 0, 0, 600 * S, Next("wait", NOW + 2 * S)),
+    (NOW + 2 * S, None, 0, 0, 1 * S, Next("wake", minute(1))),
     (NOW, None, 0, 0, 600 * S, Next("continue")),  # all released at the deadline
     (None, None, 0, 0, 600 * S, Next("none")),
 ])
