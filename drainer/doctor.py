@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 import psycopg
 
 from . import sql
+from .limits import describe, fills
 from .queue import claim_kind, claim_sql
 from .run import DEFAULT_LEASE
 from .settings import DEFAULT_MAX_READY_AGE
@@ -334,13 +335,23 @@ def _jobs(conn: psycopg.Connection, max_ready_age: float) -> tuple[list[Finding]
     return found, queues or ["default"]
 
 
+def _limits(conn: psycopg.Connection) -> list[Finding]:
+    """A note per limited queue that holds jobs back: a full limit explains a ready job
+    that waits, and is no fault."""
+    return [Finding("limit", "note", describe(fill),
+                    "as meant by the queue's @task(concurrency=, per_group=, rate=); raise "
+                    "the limit if the wait is too long (`--concurrency` is one process's "
+                    "threads, not this)", [dict(fill)])
+            for fill in fills(conn) if fill["held"]]
+
+
 def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_READY_AGE
              ) -> list[Finding]:
     """Every finding, problems first; an empty list means healthy."""
     sessions = [_session(row) for row in _fetch(conn, "doctor_sessions")]
     job_findings, queues = _jobs(conn, max_ready_age)
     found = [*_transactions(sessions), *_vacuum(conn), *_claim_plan(conn, queues),
-             *job_findings, *_awake(sessions), *_visibility(conn)]
+             *job_findings, *_limits(conn), *_awake(sessions), *_visibility(conn)]
     return sorted(found, key=lambda f: f.severity != "problem")
 
 

@@ -9,7 +9,11 @@ Queues without limits keep the plain claim, and pay nothing for this.
 
 import re
 from dataclasses import asdict, dataclass
+from typing import TypedDict
 
+import psycopg
+
+from . import sql
 from .errors import ConfigError
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)s?\s*$")
@@ -57,3 +61,49 @@ def _rate(text: object, where: str) -> tuple[int, float]:
         raise ConfigError(f"{where}: rate must look like '100/minute' (per second, minute "
                           "or hour; at least 1)")
     return int(found[1]), _PER[found[2]]
+
+
+class Fill(TypedDict):
+    """How full a limited queue is, for `stats` and `doctor`."""
+
+    queue: str
+    concurrency: int | None
+    per_group: int | None
+    rate: int | None
+    per_seconds: float | None
+    running: int
+    started: int  # starts in the rate's window
+    ready: int
+    held: int  # ready jobs that cannot start now for a limit
+
+
+def fills(conn: psycopg.Connection) -> list[Fill]:
+    """Each limited queue's limits (as its latest drain declared them) and fill; none
+    before migration 9."""
+    if not sql.features(conn).limits:
+        return []
+    found: list[Fill] = []
+    for row in sql.rows(conn, "stats_limits"):
+        queue, concurrency, per_group, rate, per, running, started, ready, grouped = row
+        room = min((left for left in (None if concurrency is None else concurrency - running,
+                                      None if rate is None else rate - started)
+                    if left is not None), default=None)
+        free = ready - grouped
+        held = ready - (free if room is None else max(0, min(free, room)))
+        found.append({"queue": queue, "concurrency": concurrency, "per_group": per_group,
+                      "rate": rate, "per_seconds": per, "running": running,
+                      "started": started, "ready": ready, "held": held})
+    return found
+
+
+def describe(fill: Fill) -> str:
+    """One line: the limits, how full each is, and the jobs held back."""
+    parts = []
+    if fill["concurrency"] is not None:
+        parts.append(f"concurrency {fill['running']}/{fill['concurrency']} running")
+    if fill["per_group"] is not None:
+        parts.append(f"{fill['per_group']} per group")
+    if fill["rate"] is not None:
+        parts.append(f"rate {fill['started']}/{fill['rate']} per {fill['per_seconds']:g} s")
+    return (f"{fill['queue']}: {', '.join(parts)}; {fill['ready']} ready, "
+            f"{fill['held']} held back")

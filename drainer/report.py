@@ -6,6 +6,7 @@ import psycopg
 
 from . import sql
 from .failures import one_line
+from .limits import Fill, describe, fills
 
 
 class QueueStatus(TypedDict):
@@ -42,13 +43,15 @@ class Stats(TypedDict):
     done_last_hour: dict[str, int] | None
     top_errors: dict[str, list[TopError]]
     table: TableHealth
+    limits: list[Fill]
 
 
 def stats(conn: psycopg.Connection) -> Stats:
     """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
     last hour (None without migration 5's done_at column); each queue's most frequent
-    errors; table health; and jobs by priority in the queues that use priorities other
-    than 0 (None without migration 6's priority column)."""
+    errors; table health; jobs by priority in the queues that use priorities other
+    than 0 (None without migration 6's priority column); and each limited queue's
+    limits, how full they are and the jobs they hold back."""
     rows = sql.rows(conn, "stats")
     errors = sql.rows(conn, "top_errors", {"top": TOP_ERRORS})
     health = sql.row(conn, "table_health")
@@ -71,7 +74,7 @@ def stats(conn: psycopg.Connection) -> Stats:
     for q, error, jobs, latest in errors:
         top.setdefault(q, []).append({"error": error, "jobs": jobs, "latest_id": latest})
     return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table,
-            "priorities": priorities}
+            "priorities": priorities, "limits": fills(conn)}
 
 
 def _age(seconds: float | None) -> str:
@@ -95,6 +98,7 @@ def format_stats(data: Stats) -> str:
         lines.append("(no jobs)")
     lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"]),
               *_by_priority(data.get("priorities") or []),
+              *_limits(data.get("limits") or []),
               *_top_errors(data.get("top_errors") or {})]
     t = data["table"]
     lines.append("")
@@ -154,6 +158,13 @@ def _by_priority(rows: list[PriorityCount]) -> list[str]:
             *("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
                         enumerate(zip(row, widths, strict=True))).rstrip()
               for row in (head, *table))]
+
+
+def _limits(found: list[Fill]) -> list[str]:
+    if not found:
+        return []
+    return ["", "limits (across every drainer, as the latest drain of each queue declared "
+                "them):", *(f"  {describe(fill)}" for fill in found)]
 
 
 def _top_errors(top: dict[str, list[TopError]]) -> list[str]:

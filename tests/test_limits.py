@@ -174,3 +174,28 @@ def test_queues_without_limits_keep_the_plain_claim(conn):
     assert queue.claim(conn, [], 10, timedelta(minutes=5),
                        limited=[Limits("capped", concurrency=1)], take=5) == []
     assert json.loads(json.dumps(Limits("capped", concurrency=1).row(5)))["take"] == 5
+
+
+def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
+    from drainer import doctor, report
+
+    for n in range(5):
+        drainer.enqueue(conn, "single", {}, group=f"g{n % 2}")
+    capped, grouped = Limits("single", concurrency=1), Limits("grouped", per_group=1)
+    for n in range(3):
+        drainer.enqueue(conn, "grouped", {}, group="same")
+    queue.record_limits(conn, [capped, grouped], [])
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[capped, grouped], take=5)
+    assert sorted(j.queue for j in jobs) == ["grouped", "single"]  # one each: the limits
+    data = report.stats(conn)
+    assert [(f["queue"], f["running"], f["ready"], f["held"]) for f in data["limits"]] == [
+        ("grouped", 1, 2, 2), ("single", 1, 4, 4)]
+    text = report.format_stats(data)
+    assert "single: concurrency 1/1 running; 4 ready, 4 held back" in text
+    assert "grouped: 1 per group; 2 ready, 2 held back" in text
+    notes = [f for f in doctor.diagnose(conn) if f.check == "limit"]
+    assert [n.summary for n in notes] == ["grouped: 1 per group; 2 ready, 2 held back",
+                                          "single: concurrency 1/1 running; 4 ready, 4 held back"]
+    # A drain's code without those limits any more forgets them.
+    queue.record_limits(conn, [capped], ["grouped"])
+    assert [f["queue"] for f in report.stats(conn)["limits"]] == ["single"]

@@ -815,3 +815,18 @@ SET concurrency = excluded.concurrency, per_group = excluded.per_group,
     rate = excluded.rate, per_seconds = excluded.per_seconds, updated_at = now()
 WHERE (d.concurrency, d.per_group, d.rate, d.per_seconds) IS DISTINCT FROM
       (excluded.concurrency, excluded.per_group, excluded.rate, excluded.per_seconds);
+
+-- name: stats_limits
+-- `stats` and `doctor`: each limited queue's limits as the latest drain declared them,
+-- its running jobs, its starts in the rate's window, its ready jobs, and those of them
+-- their group holds back.
+SELECT l.queue, l.concurrency, l.per_group, l.rate, l.per_seconds,
+       (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running'),
+       (SELECT count(*) FROM drainer_starts s WHERE s.queue = l.queue
+          AND s.at > now() - make_interval(secs => l.per_seconds)),
+       (SELECT count(*) FROM jobs j WHERE j.queue = l.queue AND j.status = 'queued'
+          AND j.run_at <= now()),
+       (SELECT count(*) FROM jobs j WHERE j.queue = l.queue AND j.status = 'queued'
+          AND j.run_at <= now() AND NOT (:limited_eligible))
+FROM drainer_limits l
+ORDER BY l.queue;
