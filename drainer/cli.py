@@ -213,7 +213,7 @@ Each failed attempt was also logged by the drain that ran it, on stderr:
   drainer: job 42 (queue email) failed, attempt 5 of 5: RuntimeError: ...; failed for good
 A job waiting to retry is not failed yet: its id is in those lines, for `drainer show`.
 `created` is when the job was enqueued; no column records when it failed.
-Failed jobs leave the table {_FAILED_DAYS:g} days after their last attempt was due (by
+Failed jobs leave the table {_FAILED_DAYS:g} days after they failed (by run_at; by
 default: --archive-failed-after of `drain`, `work` and `archive`); `drainer show ID`
 then finds them in the archive, when `migrate` created it."""
 

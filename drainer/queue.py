@@ -27,8 +27,9 @@ from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
 from .limits import Limits
 
 ARCHIVE_BATCH = 10_000
-# How long failed jobs (cancelled ones too) stay in `jobs` after their last attempt was
-# due: long enough to look into them and requeue, short enough that they do not pile up.
+# How long failed jobs (cancelled ones too) stay in `jobs` after they failed (their
+# run_at, set then): long enough to look into them and requeue, short enough that they
+# do not pile up.
 ARCHIVE_FAILED_AFTER = timedelta(days=30)
 # The jobs table's column default; the COPY path must write it explicitly.
 DEFAULT_MAX_ATTEMPTS = 5
@@ -92,10 +93,16 @@ class Job:
     @property
     def scheduled_for(self) -> datetime | None:
         """The slot a schedule's job runs for, in the schedule's time zone (None for a
-        job no schedule enqueued)."""
+        job no schedule enqueued, and for a meta no schedule wrote: another producer's
+        name that is not a string, or a slot that is not a time with its offset)."""
         meta = self.meta
-        slot = meta.get("slot") if isinstance(meta, dict) and "schedule" in meta else None
-        return datetime.fromisoformat(slot) if isinstance(slot, str) else None
+        named = isinstance(meta, dict) and isinstance(meta.get("schedule"), str)
+        slot = meta.get("slot") if named else None
+        try:
+            when = datetime.fromisoformat(slot) if isinstance(slot, str) else None
+        except ValueError:  # another producer's meta: not a slot any schedule wrote
+            return None
+        return when if when is not None and when.tzinfo is not None else None
 
     @property
     def cancel_watched(self) -> bool:
@@ -771,9 +778,10 @@ def archive(
     now: datetime | None = None,
 ) -> int:
     """Move (or delete, without the archive table) done rows created more than
-    `older_than` ago and failed rows (cancelled ones too) whose last attempt was due
-    more than `failed_older_than` ago (their run_at: no column records when a job
-    failed), at most `batch` per statement, until none is left; returns how many."""
+    `older_than` ago and failed rows (cancelled ones too) that failed more than
+    `failed_older_than` ago (by their run_at, which the statements that fail a job set
+    to when it failed), at most `batch` per statement, until none is left; returns how
+    many."""
     name = "archive_move" if to_table else "archive_delete"
     params = {"older_than": older_than, "failed_older_than": failed_older_than,
               "limit": batch, "now": now}

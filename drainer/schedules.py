@@ -69,8 +69,8 @@ class Schedule:
 
     def __post_init__(self) -> None:
         where = f"schedule {self.name!r}"
-        if not isinstance(self.name, str) or not self.name or len(
-                self.name.encode("utf-8", "surrogatepass")) > MAX_NAME or "\x00" in self.name:
+        if not isinstance(self.name, str) or not 0 < _utf8_size(self.name) <= MAX_NAME or (
+                "\x00" in self.name):
             raise ConfigError(f"{where}: a name must be a non-empty string of at most "
                               f"{MAX_NAME} bytes")
         check_queue(self.queue)
@@ -149,6 +149,15 @@ class Schedule:
         return f"schedule:{self.name}@{slot.astimezone(UTC).isoformat()}"
 
 
+def _utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8; 0 when it is not valid Unicode (a lone surrogate), which
+    no statement could send."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return 0
+
+
 def _first(slots: Iterator[datetime]) -> list[datetime]:
     return [slot for slot, _ in zip(slots, range(1), strict=False)]
 
@@ -215,14 +224,21 @@ def enqueue(conn: psycopg.Connection, declared_: Schedule, slots: Sequence[datet
 def after_run(conn: psycopg.Connection, jobs: Iterable[Job], now: datetime) -> None:
     """For each job of a declared schedule's slot in `jobs` (run just now): record it
     as the schedule's latest run, and enqueue what comes after its slot. Sent within
-    the batch's write-back (a pipeline): nothing here waits for an answer."""
-    for job in jobs:
-        slot = job.scheduled_for
-        found = _DECLARED.get(job.meta["schedule"]) if slot is not None else None
-        if found is None or slot is None:
+    the batch's write-back (a pipeline): nothing here waits for an answer. The
+    schedules' rows are locked in the order of their names, the same in every drainer:
+    they are locked in the write-back's transaction, and a deadlock would undo its
+    completions too."""
+    slotted = [(job.meta["schedule"], slot, job) for job in jobs
+               if (slot := job.scheduled_for) is not None]
+    for name, slot, job in sorted(slotted, key=lambda s: s[0]):
+        found = _DECLARED.get(name)
+        if found is None:
             continue
         sql.run(conn, "schedule_ran", {"name": found.name, "job": job.id})
-        slots = found.due(slot, max(now, slot))  # a slot run early still has a next
+        try:
+            slots = found.due(slot, max(now, slot))  # a slot run early still has a next
+        except OverflowError:  # another producer's slot at the calendar's end
+            continue
         if slots:
             enqueue(conn, found, slots)
 

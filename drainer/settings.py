@@ -193,7 +193,7 @@ ARCHIVE_AFTER = Setting(
 ARCHIVE_FAILED_AFTER = Setting(
     "archive-failed-after", nonnegative_days, DEFAULT_ARCHIVE_FAILED_AFTER,
     "days after which failed jobs, cancelled ones too, leave the jobs table, counted from "
-    "when their last attempt was due (no column records when a job failed); until then "
+    "when they failed (their run_at, set then); until then "
     f"`requeue` can run them again (default {DEFAULT_ARCHIVE_FAILED_AFTER:g})", "DAYS")
 VERBOSE = Setting(
     "verbose", flag, False,

@@ -1,5 +1,5 @@
 """Failed jobs (cancelled ones too) leave `jobs` after a retention of their own, judged
-by run_at (no column records when a job failed), in the same bounded batches as done
+by run_at (set when a job fails), in the same bounded batches as done
 jobs; the command line, its variable and the drain all honour --archive-failed-after."""
 
 import json

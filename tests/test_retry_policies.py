@@ -147,7 +147,7 @@ def test_retry_on_retries_only_the_named_exceptions(conn, caplog):
     gone = row(conn, failed)
     assert (gone["status"], gone["attempts"], gone["last_error"]) == (
         "failed", 1, "ValueError: 400 bad request")
-    assert gone["wait"] <= 0  # failed for good keeps its last attempt's run_at
+    assert gone["wait"] <= 0  # failed for good: run_at is when it failed
     assert "failed for good (its task's retry_on does not name this exception)" in caplog.text
 
 

@@ -54,11 +54,14 @@ FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
 -- (read again at each drain: a `migrate` may have added the archive table since).
 -- Fails with undefined_table when `jobs` is missing. A running row with no lease at
 -- all (another producer's) has none to wait for. A hand-made table may allow a NULL
--- max_attempts: the column default stands in.
+-- max_attempts: the column default stands in. A job failed for good gets run_at now,
+-- when it failed, as `settle` gives it.
 WITH reaped AS (
   UPDATE jobs
   SET status       = CASE WHEN attempts >= coalesce(max_attempts, 5)
                           THEN 'failed' ELSE 'queued' END,
+      run_at       = CASE WHEN attempts >= coalesce(max_attempts, 5)
+                          THEN coalesce(%(now)s, now()) ELSE run_at END,
       locked_until = NULL,
       last_error   = coalesce(last_error, 'lease expired')
   WHERE status = 'running'
@@ -285,9 +288,10 @@ LIMIT %(limit)s;
 -- state, and sets only locked_until, so a user's UPDATE OF trigger stays quiet.) Returns
 -- the rows still ours, with the new run_at of each job queued again, so the log line
 -- says when it is due (a done row's run_at may be a time Python cannot hold: not read).
--- A job failed for good keeps the run_at of its last attempt (archiving judges its age
--- by it). The backoff's exponent is capped before the power (2^9 * 10 s is past the
--- hour already): 10 s * 2^40 overflows, and would fail the whole batch. A NULL
+-- A job failed for good gets run_at now, when it failed (archiving judges its age by
+-- it: a job that waited past the failed retention must not leave as it fails). The
+-- backoff's exponent is capped before the power (2^9 * 10 s is past the hour
+-- already): 10 s * 2^40 overflows, and would fail the whole batch. A NULL
 -- max_attempts (a hand-made table may allow it) counts as the column default, 5.
 -- Arrays shorter than ids (errors, delays) are padded with NULLs by unnest.
 UPDATE jobs j
@@ -304,6 +308,7 @@ SET status       = CASE WHEN t.target = 'snooze' THEN 'queued'
                         THEN coalesce(%(now)s, now()) + coalesce(
                                t.delay, least(interval '1 hour', interval '10 seconds'
                                               * 2 ^ least(greatest(j.attempts, 0), 12)))
+                        WHEN t.target IN ('retry', 'failed') THEN coalesce(%(now)s, now())
                         ELSE j.run_at END,
     locked_until = NULL,
     last_error   = CASE WHEN t.target IN ('retry', 'failed') THEN t.error
@@ -346,7 +351,8 @@ RETURNING j.id;
 -- completion (a started job is never released, so no one else held that token); a
 -- failure is ours if the row has our token, our error and no lease; a snooze, if the
 -- row is queued with our token, no lease and a budget above the one we claimed it
--- with (only a requeue after a reap could do that too, and the row is the same).
+-- with (only a requeue after a reap could do that too, and the row is the same), or
+-- at the largest budget, which a snooze cannot raise.
 -- Returns each such id with its status, and run_at unless done (a done row's may be a
 -- time Python cannot hold, so it is not read).
 SELECT j.id, j.status, CASE WHEN t.target <> 'done' THEN j.run_at END
@@ -358,14 +364,14 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND CASE t.target
         WHEN 'done' THEN j.status = 'done'
         WHEN 'snooze' THEN j.status = 'queued' AND j.locked_until IS NULL
-                           AND j.max_attempts > coalesce(t.budget, 5)
+                           AND j.max_attempts > least(coalesce(t.budget, 5), 2147483646)
         ELSE j.status IN ('queued', 'failed') AND j.last_error = t.error
              AND j.locked_until IS NULL END;
 
 -- name: archive_old
 -- The ids of at most %(limit)s rows old enough to archive: done rows created more than
--- %(older_than)s ago, and failed rows (cancelled ones too) whose last attempt was due
--- more than %(failed_older_than)s ago (no column records when a job failed). Two
+-- %(older_than)s ago, and failed rows (cancelled ones too) that failed more than
+-- %(failed_older_than)s ago (by run_at, which the statements that fail a job set). Two
 -- LIMITed arms rather than one OR: each keeps its partial index (jobs_done_idx,
 -- jobs_failed_idx; a table without them is scanned) and stops at the limit, and the
 -- failed arm runs only when done rows do not fill the batch. With an OR the planner
@@ -576,9 +582,10 @@ ORDER BY id;
 -- Withdraw a queued or running job; the four statuses (queued, running, done, failed) stay the only ones.
 -- attempts stays as it is: a running job's worker then finds it no longer its own
 -- (its heartbeat, completion or failure changes nothing), and a later requeue's
--- claim gets a token that worker never held.
+-- claim gets a token that worker never held. run_at becomes now, when it was cancelled:
+-- archiving judges a failed job's age by it.
 UPDATE jobs
-SET status = 'failed', last_error = 'cancelled', locked_until = NULL
+SET status = 'failed', last_error = 'cancelled', locked_until = NULL, run_at = now()
 WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 

@@ -8,7 +8,9 @@
 -- The drain needs: jobs SELECT (reading rows to claim, reap, and for next_due),
 -- UPDATE (claim with FOR UPDATE, complete, fail, extend, release, reap, requeue,
 -- cancel), INSERT (enqueue, COPY), DELETE (archiving); jobs_archive INSERT and
--- SELECT (the move's ON CONFLICT (id) DO NOTHING reads the id). No sequence grant:
+-- SELECT (the move's ON CONFLICT (id) DO NOTHING reads the id); drainer_schedules
+-- SELECT, INSERT, UPDATE (every drain of a queue with a schedule reads, stores and
+-- moves it; once the table holds a row, drains of other queues read it too). No sequence grant:
 -- an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
 -- the schema, and no ownership, so no ALTER, DROP or index builds.
 -- PostgreSQL 14 and older let every role create tables in `public`; there, also run
@@ -30,6 +32,15 @@ DO $$
 BEGIN
   IF to_regclass('jobs_archive') IS NOT NULL THEN
     GRANT SELECT, INSERT ON jobs_archive TO drainer_worker;
+  END IF;
+END
+$$;
+
+-- The schedules table exists once `migrate` has run migration 8.
+DO $$
+BEGIN
+  IF to_regclass('drainer_schedules') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE ON drainer_schedules TO drainer_worker;
   END IF;
 END
 $$;
