@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from drainer import testing
+from drainer import schedules, testing
 from drainer.schema import migrate
 from tests import pgbouncer
 from tests.cluster import Cluster
@@ -37,6 +37,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if unknown:
         raise pytest.UsageError(f"DRAINER_TEST_REQUIRE: unknown {unknown}; "
                                 "known: pgbouncer, matplotlib, awslambdaric, pgNN (e.g. pg15)")
+
+
+@pytest.fixture
+def declared() -> Iterator[dict]:
+    """The declared schedules (and registered tasks), emptied for the test and put back
+    after it."""
+    with testing.separate_tasks():
+        yield schedules.declared()
 
 
 @pytest.fixture(autouse=True)

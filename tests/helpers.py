@@ -10,13 +10,18 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import freezegun
 import psycopg
 import pytest
+from freezegun import freeze_time
 
+from drainer import clock
 from drainer.cli import build_parser
 from drainer.sql import MIGRATIONS
 from drainer.worker import LISTEN_NAME
@@ -112,3 +117,15 @@ def wait_until(check: Callable[[], T], timeout: float = 30) -> T:
             raise AssertionError(f"still false after {timeout:g} s: {check}")
         time.sleep(0.02)
     return result
+
+
+@contextmanager
+def at(moment: datetime) -> Iterator[None]:
+    """Python's clock and the database's (`drainer.clock.database_now`, where every
+    statement's `now` comes from), both at `moment` (aware), in every thread: freezegun
+    gives the real time to a call made near a thread's start (its default ignore list
+    has `threading`), which would mix real and frozen monotonic times."""
+    with freeze_time(moment), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(freezegun.api, "call_stack_inspection_limit", 0)
+        mp.setattr(clock, "database_now", lambda: datetime.now(UTC))
+        yield

@@ -4,16 +4,18 @@ enqueues and does maintenance, and can change nothing else: no DDL. `migrate`
 stays with the owner."""
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 
 import psycopg
 import pytest
 
 import drainer
+from drainer import schedules
 from drainer.db import connect
 from drainer.run import Options, drain
-from tests.helpers import run_cli, summary_of
+from drainer.schedules import Schedule
+from tests.helpers import at, run_cli, summary_of
 
 LOGIN = "drainer_least_login"
 ROLES_SQL = files("drainer").joinpath("sql").joinpath("roles.sql").read_text()
@@ -93,3 +95,39 @@ def test_the_cli_as_the_worker_role_and_migrate_as_the_owner(worker_url, db_url)
 def test_the_worker_role_has_no_ddl_and_nothing_beyond_the_queue(worker_url, statement):
     with connect(worker_url) as worker, pytest.raises(psycopg.errors.InsufficientPrivilege):
         worker.execute(statement)
+
+
+# --- schedules and limits ------------------------------------------------------------
+
+
+def test_the_worker_role_drains_a_queue_with_a_schedule(worker_url, conn, declared):
+    hourly = Schedule("h", "hq", "@hourly")
+    schedules.declare(hourly)
+    with at(datetime(2026, 5, 1, 12, 30, tzinfo=UTC)), connect(worker_url) as worker:
+        drain(worker, {"hq": lambda job: None}, Options(["hq"]))
+    with at(datetime(2026, 5, 1, 13, 0, 1, tzinfo=UTC)), connect(worker_url) as worker:
+        summary = drain(worker, {"hq": lambda job: None}, Options(["hq"]))
+    assert summary.done == 1
+    assert conn.execute("SELECT last_slot FROM drainer_schedules").fetchone() == (
+        datetime(2026, 5, 1, 14, tzinfo=UTC),)
+
+
+def test_the_worker_role_drains_other_queues_once_a_schedule_is_stored(
+        worker_url, conn, declared):
+    schedules.reconcile(conn, [Schedule("h", "hq", "@hourly")], ["hq"])  # by the owner
+    conn.execute("ANALYZE drainer_schedules")  # the statistics say it held a row
+    drainer.enqueue(conn, "plain", {})
+    with connect(worker_url) as worker:
+        summary = drain(worker, {"plain": lambda job: None}, Options(["plain"]))
+    assert summary.done == 1
+
+
+def test_the_worker_role_drains_a_queue_with_limits(worker_url, conn):
+    from drainer.tasks import Task
+
+    drainer.enqueue_many(conn, "lim", [{}] * 5, group="g")
+    limited = Task(lambda job: None, "lim", concurrency=2, per_group=1, rate="100/second")
+    with connect(worker_url) as worker:
+        summary = drain(worker, {"lim": limited}, Options(["lim"], concurrency=2))
+    assert summary.done == 5
+    assert conn.execute("SELECT count(*) FROM drainer_starts").fetchone() == (5,)

@@ -182,7 +182,7 @@ def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
     for n in range(5):
         drainer.enqueue(conn, "single", {}, group=f"g{n % 2}")
     capped, grouped = Limits("single", concurrency=1), Limits("grouped", per_group=1)
-    for n in range(3):
+    for _ in range(3):
         drainer.enqueue(conn, "grouped", {}, group="same")
     queue.record_limits(conn, [capped, grouped], [])
     jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[capped, grouped], take=5)

@@ -4,38 +4,22 @@ a promise the probe found held), on a real PostgreSQL."""
 
 import json
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from importlib.resources import files
 
 import psycopg
 import pytest
-from freezegun import freeze_time
 
 import drainer
-from drainer import clock, queue, schedules, testing
-from drainer.db import connect
+from drainer import queue, schedules
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
-from tests.helpers import count, wait_until
+from tests.helpers import at, count, wait_until
 
 LEASE = timedelta(minutes=5)
 
 
-@contextmanager
-def at(moment: datetime) -> Iterator[None]:
-    """Python's clock and the database's, both at `moment` (aware)."""
-    with freeze_time(moment), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(clock, "database_now", lambda: datetime.now(UTC))
-        yield
 
 
-@pytest.fixture
-def declared() -> Iterator[dict]:
-    """The declared schedules (and tasks), emptied for the test and put back after it."""
-    with testing.separate_tasks():
-        yield schedules.declared()
 
 
 def add_job(conn: psycopg.Connection, queue_: str, meta: object) -> int:
@@ -144,49 +128,6 @@ def test_two_write_backs_taking_two_schedules_in_opposite_orders_do_not_deadlock
         tb.join(30)
     assert count(conn, "status = 'done'") == 4  # before: 2, the other two still running
     assert errors == []
-
-
-# --- schedules: the least-privilege role ---------------------------------------------
-
-LOGIN = "drainer_review_login"
-ROLES_SQL = files("drainer").joinpath("sql").joinpath("roles.sql").read_text()
-
-
-@pytest.fixture
-def worker_url(server, db_url) -> Iterator[str]:
-    """The URL of a login holding only drainer_worker (roles.sql), migrated database."""
-    with psycopg.connect(db_url, autocommit=True) as owner:
-        owner.execute(ROLES_SQL)
-        owner.execute(f"DROP ROLE IF EXISTS {LOGIN}")
-        owner.execute(f"CREATE ROLE {LOGIN} LOGIN IN ROLE drainer_worker")
-    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
-    yield server.url(dbname, LOGIN)
-    with psycopg.connect(db_url, autocommit=True) as owner:
-        owner.execute("DROP OWNED BY drainer_worker")
-        owner.execute(f"DROP ROLE {LOGIN}")
-        owner.execute("DROP ROLE drainer_worker")
-
-
-def test_the_worker_role_drains_a_queue_with_a_schedule(worker_url, conn, declared):
-    hourly = Schedule("h", "hq", "@hourly")
-    schedules.declare(hourly)
-    with at(datetime(2026, 5, 1, 12, 30, tzinfo=UTC)), connect(worker_url) as worker:
-        drain(worker, {"hq": lambda job: None}, Options(["hq"]))
-    with at(datetime(2026, 5, 1, 13, 0, 1, tzinfo=UTC)), connect(worker_url) as worker:
-        summary = drain(worker, {"hq": lambda job: None}, Options(["hq"]))
-    assert summary.done == 1
-    assert conn.execute("SELECT last_slot FROM drainer_schedules").fetchone() == (
-        datetime(2026, 5, 1, 14, tzinfo=UTC),)
-
-
-def test_the_worker_role_drains_other_queues_once_a_schedule_is_stored(
-        worker_url, conn, declared):
-    schedules.reconcile(conn, [Schedule("h", "hq", "@hourly")], ["hq"])  # by the owner
-    conn.execute("ANALYZE drainer_schedules")  # the statistics say it held a row
-    drainer.enqueue(conn, "plain", {})
-    with connect(worker_url) as worker:
-        summary = drain(worker, {"plain": lambda job: None}, Options(["plain"]))
-    assert summary.done == 1
 
 
 # --- schedules: declarations ---------------------------------------------------------

@@ -6,37 +6,23 @@ time (`drainer.clock.database_now`, the seam every statement's `now` comes from)
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from freezegun import freeze_time
 
 import drainer
-from drainer import clock, schedules, testing
+from drainer import clock, schedules
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
-from tests.helpers import clean_env, run_cli, summary_of
+from tests.helpers import at, clean_env, run_cli, summary_of
 
 PARIS, NEW_YORK = ZoneInfo("Europe/Paris"), ZoneInfo("America/New_York")
 
 
-@contextmanager
-def at(moment: datetime) -> Iterator[None]:
-    """Python's clock and the database's, both at `moment` (aware)."""
-    with freeze_time(moment), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(clock, "database_now", lambda: datetime.now(UTC))
-        yield
 
 
-@pytest.fixture
-def declared() -> Iterator[dict]:
-    """The declared schedules, emptied for the test and put back after it."""
-    with testing.separate_tasks():
-        yield schedules.declared()
 
 
 def slot_jobs(conn: psycopg.Connection, name: str | None = None) -> list[tuple]:

@@ -130,6 +130,34 @@ class DrainerKeyed(Drainer):
             conn.execute("VACUUM ANALYZE jobs")
 
 
+class DrainerLimited(Drainer):
+    """drainer with 50 handler threads per process on a queue limited to 50 running
+    jobs across all drainers (`@task(concurrency=50)`), against the same jobs with no
+    limit, claimed 50 at a time (a limited queue can never claim more than its limit
+    at once) or in adaptive batches (up to 500): what the limited claim (a transaction
+    under an advisory lock, its room counted) costs, and what its smaller batches do."""
+
+    figures = ("noop_1", "noop_4")
+
+    def __init__(self, server: pg.Server, limited: bool, *extra: str):
+        super().__init__(server)
+        self.queue = "bench_limited" if limited else "bench_noop"
+        self.extra = list(extra)
+        self.name = ("drainer, concurrency limit 50" if limited else
+                     f"drainer --concurrency 50{''.join(' ' + e for e in extra)}, no limit")
+
+    def seed(self, kind: str, jobs: int) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("TRUNCATE jobs")
+            drainer.enqueue_many(conn, self.queue, ({} for _ in range(jobs)))
+            conn.execute("VACUUM ANALYZE jobs")
+
+    def argv(self, kind: str) -> list[str]:
+        return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
+                "--tasks", "drainer_tasks", "--queue", self.queue, "--concurrency", "50",
+                *self.extra]
+
+
 class DrainerHandMade(Drainer):
     """drainer on the classic jobs table made by hand (migration 1 alone: no trigger,
     no priority, no key): the plain table the keyed one is compared with."""
@@ -258,6 +286,8 @@ class Procrastinate(Competitor):
 
 def all_systems(server: pg.Server, *, competitors: bool = True) -> list[System]:
     systems = [Drainer(server), DrainerHandMade(server), DrainerKeyed(server),
+               DrainerLimited(server, True), DrainerLimited(server, False),
+               DrainerLimited(server, False, "--batch-size", "50"),
                Drainer(server, "--batch-size", "10"),
                Handwritten(server, "each"), Handwritten(server, "batch"),
                Pgbench(server, 10), Pgbench(server, 500)]

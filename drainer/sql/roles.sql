@@ -10,8 +10,10 @@
 -- cancel), INSERT (enqueue, COPY), DELETE (archiving); jobs_archive INSERT and
 -- SELECT (the move's ON CONFLICT (id) DO NOTHING reads the id); drainer_schedules
 -- SELECT, INSERT, UPDATE (every drain of a queue with a schedule reads, stores and
--- moves it; once the table holds a row, drains of other queues read it too). No sequence grant:
--- an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
+-- moves it; once the table holds a row, drains of other queues read it too);
+-- drainer_starts SELECT, INSERT, DELETE and drainer_limits SELECT, INSERT, UPDATE,
+-- DELETE (a drain of a queue with limits counts, records and prunes its starts, and
+-- records its limits for `stats`). No sequence grant: an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
 -- the schema, and no ownership, so no ALTER, DROP or index builds.
 -- PostgreSQL 14 and older let every role create tables in `public`; there, also run
 -- `REVOKE CREATE ON SCHEMA public FROM PUBLIC;` (15 and later do so already).
@@ -41,6 +43,16 @@ DO $$
 BEGIN
   IF to_regclass('drainer_schedules') IS NOT NULL THEN
     GRANT SELECT, INSERT, UPDATE ON drainer_schedules TO drainer_worker;
+  END IF;
+END
+$$;
+
+-- The flow control tables exist once `migrate` has run migration 9.
+DO $$
+BEGIN
+  IF to_regclass('drainer_starts') IS NOT NULL THEN
+    GRANT SELECT, INSERT, DELETE ON drainer_starts TO drainer_worker;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON drainer_limits TO drainer_worker;
   END IF;
 END
 $$;

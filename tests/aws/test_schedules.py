@@ -13,22 +13,20 @@ import json
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from zoneinfo import ZoneInfo
 
 import boto3
-import freezegun.api
 import psycopg
 import pytest
-from freezegun import freeze_time
 
-from drainer import clock, testing
+from drainer import testing
 from drainer.aws import events, schedule
 from drainer.run import DEFAULT_LEASE
 from handlers.aws_lambda import handler
 from tests.aws.helpers import FUNCTION_ARN, GROUP, REGION, ROLE_ARN, FakeContext
+from tests.helpers import at
 
 MODULE = "tests.aws.scheduled"
 PARIS = ZoneInfo("Europe/Paris")
@@ -39,15 +37,6 @@ SLOT = datetime(2026, 12, 3, 2, tzinfo=UTC)
 NEXT = datetime(2026, 12, 4, 2, tzinfo=UTC)
 
 
-@contextmanager
-def at(moment: datetime) -> Iterator[None]:
-    """Python's clock and the database's, both at `moment` (aware), in every thread:
-    freezegun gives the real time to a call made near a thread's start (its default
-    ignore list has `threading`), which would mix real and frozen monotonic times."""
-    with freeze_time(moment), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(freezegun.api, "call_stack_inspection_limit", 0)
-        mp.setattr(clock, "database_now", lambda: datetime.now(UTC))
-        yield
 
 
 @pytest.fixture

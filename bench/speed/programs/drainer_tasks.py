@@ -1,5 +1,5 @@
-"""The drainer tasks the bench drains (`--tasks drainer_tasks`): a no-op, and one
-that sleeps 10 ms."""
+"""The drainer tasks the bench drains (`--tasks drainer_tasks`): a no-op, the same on
+a queue limited to 50 running jobs across drainers, and one that sleeps 10 ms."""
 
 import time
 
@@ -8,6 +8,11 @@ from drainer import task
 
 @task("bench_noop")
 def noop(job):
+    pass
+
+
+@task("bench_limited", concurrency=50)
+def limited(job):
     pass
 
 
