@@ -57,7 +57,7 @@ import drainer
 from drainer.schema import migrate
 from tests.cluster import Cluster
 from tests.helpers import clean_env
-from tests.tasks.soak_handler import FATAL
+from tests.tasks.soak_handler import FATAL, LIMITED
 
 SIDE_TABLE = """
 CREATE TABLE soak_executions (
@@ -68,13 +68,22 @@ CREATE TABLE soak_executions (
 )"""
 # Every claim (a token issued) and every release (the owner giving it back), logged by
 # a trigger, so the checks see a token issued twice whoever caused it.
+# The limited queue's claims, each with the running jobs of its queue and of its group
+# as the claim's statement ends: the limits are checked where they are enforced.
 TOKEN_LOG = """
 CREATE TABLE soak_tokens (job_id bigint NOT NULL, attempts int NOT NULL,
                           released boolean NOT NULL);
+CREATE TABLE soak_limited_claims (job_id bigint, in_queue bigint, in_group bigint);
 CREATE FUNCTION soak_tokens() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.status = 'running' THEN
     INSERT INTO soak_tokens VALUES (NEW.id, NEW.attempts, false);
+    IF NEW.queue = 'soak_limited' THEN
+      INSERT INTO soak_limited_claims SELECT NEW.id,
+        (SELECT count(*) FROM jobs WHERE queue = NEW.queue AND status = 'running'),
+        (SELECT count(*) FROM jobs WHERE queue = NEW.queue AND status = 'running'
+           AND meta ->> 'group' = NEW.meta ->> 'group');
+    END IF;
   ELSIF OLD.status = 'running' AND NEW.status = 'queued' AND NEW.attempts < OLD.attempts THEN
     INSERT INTO soak_tokens VALUES (OLD.id, OLD.attempts, true);
   END IF;
@@ -121,6 +130,9 @@ CHECKS = {  # name: a query counting the rows that break the check
     "done without the last attempt's result": """
         SELECT count(*) FROM jobs WHERE status = 'done'
           AND result IS DISTINCT FROM jsonb_build_object('attempt', attempts)""",
+    "limited claims beyond a limit": f"""
+        SELECT count(*) FROM soak_limited_claims
+        WHERE in_queue > {LIMITED[0]} OR in_group > {LIMITED[1]}""",
     "enqueued but missing": """
         SELECT count(*) FROM soak_enqueued e
         WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id)""",
@@ -459,6 +471,10 @@ def setup(url: str, jobs: int, idle_limit: float) -> None:
                 with conn.cursor().copy("COPY soak_enqueued FROM STDIN") as copy:
                     for job_id in ids:
                         copy.write_row((job_id,))
+        for group in range(10):  # the limited queue: its concurrency and per-group FIFO
+            drainer.enqueue_many(conn, "soak_limited",
+                                 [{"n": n} for n in range(max(1, jobs // 200))],
+                                 group=f"group-{group}")
         start, most = HIGH_ATTEMPTS
         for _ in range(ALWAYS_FAILING):
             job = drainer.enqueue(conn, "soak", {"always_fail": True}, max_attempts=most)

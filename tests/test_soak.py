@@ -62,10 +62,13 @@ def test_each_soak_check_catches_what_it_looks_for(conn):
     stale = conn.execute("SELECT max(id) FROM jobs WHERE status = 'done' AND attempts = 2"
                          ).fetchone()[0]  # the last row of `rows`
     conn.execute("UPDATE jobs SET result = '{\"attempt\": 1}' WHERE id = %s", (stale,))
+    # A claim of the limited queue that found 4 running (a limit of 3), and a fine one.
+    conn.execute("INSERT INTO soak_limited_claims VALUES (1, 4, 1), (2, 3, 1)")
     broken = {name: conn.execute(sql).fetchone()[0] for name, sql in soak.CHECKS.items()}
     # "unfinished" also counts the running row; a job done twice is a duplicate too
     assert broken == {"unfinished": 2, "running": 1, "duplicate executions": 2,
                       "done twice by one attempt": 1, "executions beyond attempts": 1,
                       "done without a successful last attempt": 1,
                       "failed before max_attempts": 1, "enqueued but missing": 1,
-                      "token issued twice": 1, "done without the last attempt's result": 1}
+                      "token issued twice": 1, "done without the last attempt's result": 1,
+                      "limited claims beyond a limit": 1}

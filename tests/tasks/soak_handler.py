@@ -45,7 +45,9 @@ PLANNED = {7: "fatal", 11: "snooze", 13: "retry"}  # job id % 50
 FATAL = "soak: a planned fatal error"
 
 
-@task("soak", retry_on=(RuntimeError, TimeoutError), keep_result=True)
+LIMITED = (3, 1)  # soak_limited's concurrency and per-group limits
+
+
 def record(job):
     plan = PLANNED.get(job.id % 50) if job.attempts == 1 else None
     ok = plan is None and not job.payload.get("always_fail") and random.random() >= FAIL_RATE
@@ -60,3 +62,12 @@ def record(job):
     if not ok:
         raise RuntimeError("soak: a planned failure")
     return {"attempt": job.attempts}  # kept: the soak checks it is the last attempt's
+
+
+# Worth retrying: the planned failures, a timeout, and the database going away under
+# the record (the soak restarts it); anything else fails at once.
+TRANSIENT = (RuntimeError, TimeoutError, psycopg.OperationalError)
+soak = task("soak", retry_on=TRANSIENT, keep_result=True)(record)
+# The same work on a queue with limits: at most 3 running, one per group, in order.
+limited = task("soak_limited", concurrency=LIMITED[0], per_group=LIMITED[1],
+               retry_on=TRANSIENT, keep_result=True)(record)
