@@ -18,12 +18,11 @@ from typing import Any, NamedTuple, TypedDict, Unpack, overload
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
-from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
 
-from . import sql
+from . import drivers, sql
 from .db import storable
-from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
+from .errors import BadInput, ConfigError, DrainerError, NoResult
 
 ARCHIVE_BATCH = 10_000
 # How long failed jobs (cancelled ones too) stay in `jobs` after their last attempt was
@@ -190,7 +189,7 @@ def check_key(key: object) -> str:
     return key
 
 
-def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = False) -> None:
+async def _require(db: drivers.Db, *, priority: bool = False, key: bool = False) -> None:
     """ConfigError, before anything is sent, when the table lacks what the call uses
     (a hand-made one); the catalog is read again first, in case `migrate` ran since."""
     def lacking(known: sql.Features) -> list[str]:
@@ -198,9 +197,8 @@ def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = Fa
                                              ("unique keys", key, known.key))
                 if used and not has]
 
-    if lacking(sql.features(conn)):
-        sql.forget(conn)
-        missing = lacking(sql.features(conn))
+    if lacking(await db.features()):
+        missing = lacking(await db.features(fresh=True))
         if missing:
             raise ConfigError(f"the jobs table has no {' or '.join(missing)}: run "
                               "`drainer migrate` to add them")
@@ -216,7 +214,7 @@ class Enqueued(NamedTuple):
 
 
 def enqueue(
-    conn: psycopg.Connection,
+    conn: drivers.Connectable,
     queue: str,
     payload: object,
     *,
@@ -230,7 +228,8 @@ def enqueue(
 ) -> int:
     """Insert one job in the caller's transaction and return its id; with a key a
     queued or running job of the queue holds, insert nothing and return the holder's
-    id (`replace`: a queued holder takes this payload, run_at and priority)."""
+    id (`replace`: a queued holder takes this payload, run_at and priority). The
+    connection is psycopg 3's or another driver's (`drivers.Connectable`)."""
     return enqueue_keyed(conn, queue, payload, key=key, replace=replace, priority=priority,
                          run_at=run_at, delay=delay, max_attempts=max_attempts, now=now).id
 
@@ -247,9 +246,21 @@ class _Options(TypedDict, total=False):
     now: datetime | None
 
 
-def enqueue_keyed(conn: psycopg.Connection, queue: str, payload: object,
+async def enqueue_async(conn: drivers.Connectable, queue: str, payload: object,
+                        **options: Unpack[_Options]) -> int:
+    """`enqueue` on an asyncio connection (`drivers.ASYNC_KINDS`)."""
+    return (await _enqueue_keyed(await drivers.for_async(conn), queue, payload, options)).id
+
+
+def enqueue_keyed(conn: drivers.Connectable, queue: str, payload: object,
                   **options: Unpack[_Options]) -> Enqueued:
     """`enqueue`, saying what it did (the CLI tells the user)."""
+    return drivers.blocking(_enqueue_keyed(drivers.for_sync(conn), queue, payload, options))
+
+
+async def _enqueue_keyed(db: drivers.Db, queue: str, payload: object,
+                         options: _Options) -> Enqueued:
+    """`enqueue_keyed`'s work, the same for sync and asyncio connections."""
     attempts = options.get("max_attempts")
     params: dict[str, object] = {
         "queue": check_queue(queue),
@@ -260,40 +271,36 @@ def enqueue_keyed(conn: psycopg.Connection, queue: str, payload: object,
     }
     key, priority = options.get("key"), check_priority(options.get("priority", 0))
     if key is None and priority == 0:
-        return Enqueued(int(sql.value(conn, "enqueue", params)), "inserted")
-    _require(conn, priority=priority != 0, key=key is not None)
+        return Enqueued(int(_first(await db.row("enqueue", params), "enqueue")), "inserted")
+    await _require(db, priority=priority != 0, key=key is not None)
     params.update(key=None if key is None else check_key(key), priority=priority,
                   replace=bool(options.get("replace")))
     for _ in range(CONFLICT_ROUNDS):
-        found = _enqueue_keyed_once(conn, params)
+        found = await _enqueue_keyed_once(db, params)
         if found is not None:
             return found
     raise DrainerError(f"key {key!r} of queue {queue!r}: its holder kept changing; nothing "
                        "was enqueued")
 
 
-def _enqueue_keyed_once(conn: psycopg.Connection, params: dict[str, object]
-                        ) -> Enqueued | None:
+async def _enqueue_keyed_once(db: drivers.Db, params: dict[str, object]
+                              ) -> Enqueued | None:
     """One try of `enqueue_keyed`; None when it must be asked again. A replace inside a
     transaction runs in a savepoint (sent with it, in one round trip), rolled back when
     the holder it saw queued was not replaced: a claim took it meanwhile, and the
     update's recheck left that running row locked until the caller commits."""
-    if not params["replace"] or _own_transaction(conn):
-        return _enqueued(sql.row(conn, "enqueue_keyed", params))
+    if not params["replace"] or db.own_transaction():
+        return _enqueued(await db.row("enqueue_keyed", params))
     try:
-        with sql.pipeline(conn):
-            sql.run(conn, "savepoint")
-            cursor = sql.run(conn, "enqueue_keyed", params)
-        with translated():
-            found = _enqueued(cursor.fetchone())
+        found = _enqueued(await db.row("enqueue_keyed", params, first="savepoint"))
     except BaseException:
         with suppress(DrainerError):  # the first error is the one to report
-            _roll_back(conn)
+            await db.roll_back()
         raise
     if found is None or found.outcome == "queued":
-        _roll_back(conn)
+        await db.roll_back()
         return None
-    sql.run(conn, "savepoint_release")
+    await db.send("savepoint_release")
     return found
 
 
@@ -301,32 +308,26 @@ def _enqueued(row: tuple[Any, ...] | None) -> Enqueued | None:
     return None if row is None else Enqueued(int(row[0]), str(row[1]))
 
 
-def _own_transaction(conn: psycopg.Connection) -> bool:
-    """Whether a statement sent now commits on its own (no caller's transaction)."""
-    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-
-
-def _roll_back(conn: psycopg.Connection) -> None:
-    """Back to `savepoint`, which is then released: the caller's transaction goes on."""
-    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-        with sql.pipeline(conn):
-            sql.run(conn, "savepoint_rollback")
-            sql.run(conn, "savepoint_release")
+def _first(row: tuple[Any, ...] | None, name: str) -> Any:
+    """The first column of a statement's one row."""
+    if row is None:
+        raise LookupError(f"statement {name!r} returned no row")
+    return row[0]
 
 
 @overload
-def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
+def enqueue_many(conn: drivers.Connectable, queue: str, payloads: Iterable[object], *,
                  keys: None = None, priority: int = 0, run_at: datetime | None = None,
                  delay: float | timedelta | None = None, max_attempts: int | None = None,
                  now: datetime | None = None) -> int: ...
 @overload
-def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
+def enqueue_many(conn: drivers.Connectable, queue: str, payloads: Iterable[object], *,
                  keys: Iterable[str], priority: int = 0,
                  run_at: datetime | None = None, delay: float | timedelta | None = None,
                  max_attempts: int | None = None, now: datetime | None = None
                  ) -> list[int]: ...
 def enqueue_many(
-    conn: psycopg.Connection,
+    conn: drivers.Connectable,
     queue: str,
     payloads: Iterable[object],
     *,
@@ -345,16 +346,56 @@ def enqueue_many(
 
     run_at is computed once by the database clock, then copied with every row, as
     text (it is exact, offset included) so that no row pays for dumping a datetime.
+    A driver without psycopg 3's COPY (psycopg 2) sends the payloads as one JSON
+    document in one INSERT instead, which needs the columns of migration 6.
     """
+    return drivers.blocking(_enqueue_many(drivers.for_sync(conn), queue, payloads, keys, {
+        "priority": priority, "run_at": run_at, "delay": delay, "max_attempts": max_attempts,
+        "now": now}))
+
+
+class _ManyOptions(TypedDict, total=False):
+    """`enqueue_many`'s keyword arguments but `keys`."""
+
+    priority: int
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    now: datetime | None
+
+
+@overload
+async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: Iterable[object],
+                             *, keys: None = None, **options: Unpack[_ManyOptions]) -> int: ...
+@overload
+async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: Iterable[object],
+                             *, keys: Iterable[str], **options: Unpack[_ManyOptions]
+                             ) -> list[int]: ...
+async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: Iterable[object],
+                             *, keys: Iterable[str] | None = None,
+                             **options: Unpack[_ManyOptions]) -> int | list[int]:
+    """`enqueue_many` on an asyncio connection (`drivers.ASYNC_KINDS`)."""
+    return await _enqueue_many(await drivers.for_async(conn), queue, payloads, keys, options)
+
+
+async def _enqueue_many(db: drivers.Db, queue: str, payloads: Iterable[object],
+                        keys: Iterable[str] | None, options: _ManyOptions) -> int | list[int]:
+    """`enqueue_many`'s work, the same for sync and asyncio connections."""
     check_queue(queue)
-    _require(conn, priority=check_priority(priority) != 0, key=keys is not None)
-    with sql.transaction(conn):
-        params = {"queue": queue, "priority": priority,
-                  "run_at": str(sql.value(conn, "db_time", {"now": now, **_when(run_at, delay)})),
-                  "max_attempts": DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts}
-        if keys is None:
-            return _copy_jobs(conn, payloads, params)
-        return _enqueue_batch(conn, payloads, keys, params)
+    priority = check_priority(options.get("priority", 0))
+    as_json = keys is None and not db.copies  # enqueue_keyed_batch, without keys
+    await _require(db, priority=priority != 0 or as_json, key=keys is not None or as_json)
+    attempts = options.get("max_attempts")
+    async with db.atomic():
+        when = await db.row("db_time", {"now": options.get("now"),
+                                        **_when(options.get("run_at"), options.get("delay"))})
+        params = {"queue": queue, "priority": priority, "run_at": str(_first(when, "db_time")),
+                  "max_attempts": DEFAULT_MAX_ATTEMPTS if attempts is None else attempts}
+        if keys is not None:
+            return await _enqueue_batch(db, payloads, keys, params)
+        if as_json:
+            return await _insert_jobs(db, payloads, params)
+        return await _copy_jobs(db, payloads, params)
 
 
 def _encoded(payloads: Iterable[object]) -> Iterator[str]:
@@ -366,22 +407,28 @@ def _encoded(payloads: Iterable[object]) -> Iterator[str]:
             raise BadInput(f"payload {n}: {exc}; nothing was enqueued") from exc
 
 
-def _copy_jobs(conn: psycopg.Connection, payloads: Iterable[object],
-               params: dict[str, Any]) -> int:
+async def _copy_jobs(db: drivers.Db, payloads: Iterable[object],
+                     params: dict[str, Any]) -> int:
     """The keyless path: COPY straight into jobs (the priority column only if used)."""
-    count = 0
     extra = (params["priority"],) if params["priority"] else ()
-    with sql.copy(conn, "copy_jobs_priority" if extra else "copy_jobs") as copy:
-        head = (params["queue"],)
-        tail = (params["run_at"], params["max_attempts"], *extra)
-        for text in _encoded(payloads):
-            count += 1
-            copy.write_row((*head, text, *tail))
-    return count
+    head = (params["queue"],)
+    tail = (params["run_at"], params["max_attempts"], *extra)
+    return await db.copy("copy_jobs_priority" if extra else "copy_jobs",
+                         ((*head, text, *tail) for text in _encoded(payloads)))
 
 
-def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
-                   keys: Iterable[str], params: dict[str, Any]) -> list[int]:
+async def _insert_jobs(db: drivers.Db, payloads: Iterable[object],
+                       params: dict[str, Any]) -> int:
+    """The keyless path without COPY: every payload in one JSON document of [payload,
+    null] pairs (each encoded once, as for COPY), inserted by the keyed batch's one
+    statement with no key."""
+    doc = "[" + ",".join([f"[{text},null]" for text in _encoded(payloads)]) + "]"
+    return len(_first(await db.row("enqueue_keyed_batch", {**params, "rows": doc}),
+                      "enqueue_keyed_batch"))
+
+
+async def _enqueue_batch(db: drivers.Db, payloads: Iterable[object],
+                         keys: Iterable[str], params: dict[str, Any]) -> list[int]:
     """The keyed path: the first payload of each key, all in one JSON document (one
     encode instead of one per payload), inserted by one statement that returns their
     ids. A key a job holds already, or that another transaction takes meanwhile, fails
@@ -398,13 +445,15 @@ def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
         if len(todo) != len(order):
             doc = _encode([[firsts[key], key] for key in todo])
         try:
-            with sql.transaction(conn):
-                new = sql.value(conn, "enqueue_keyed_batch", {**params, "rows": doc})
+            async with db.atomic():
+                new = _first(await db.row("enqueue_keyed_batch", {**params, "rows": doc}),
+                             "enqueue_keyed_batch")
         except BadInput as exc:
             if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise
-            found = sql.value(conn, "batch_holders", {"queue": params["queue"],
-                                                      "keys": _encode(todo)})
+            found = _first(await db.row("batch_holders", {"queue": params["queue"],
+                                                           "keys": _encode(todo)}),
+                           "batch_holders")
             ids.update((key, job) for key, job in zip(todo, found, strict=True) if job)
             todo = [key for key in todo if key not in ids]
             continue
