@@ -2,8 +2,9 @@
 
 The library API: `task` registers handlers (with their retry policy: `Exponential`,
 `Constant`; a handler may raise `Retry` or `Snooze`); `enqueue`/`enqueue_many` add jobs
-in the caller's transaction; `result` reads a kept return value; the lifecycle functions
-are the classic jobs-table statements.
+in the caller's transaction, on its own connection (psycopg 3 or 2, SQLAlchemy, Django;
+`enqueue_async`/`enqueue_many_async` on asyncio's); `result` reads a kept return value;
+the lifecycle functions are the classic jobs-table statements.
 """
 
 __version__ = "0.1.0"
@@ -25,7 +26,9 @@ from .queue import (
     claim,
     complete,
     enqueue,
+    enqueue_async,
     enqueue_many,
+    enqueue_many_async,
     extend,
     fail,
     next_due,
@@ -44,6 +47,7 @@ __all__ = [
     "AuthenticationFailed", "BadInput", "ConfigError", "Constant", "DatabaseUnavailable",
     "DrainerError", "Exponential", "Job", "NoResult", "Options", "Retry", "SchemaMissing",
     "Snooze", "StatementCancelled", "Summary", "Task", "__version__", "archive", "cancel",
-    "claim", "complete", "drain", "enqueue", "enqueue_many", "extend", "fail", "migrate",
-    "next_due", "reap", "release", "requeue", "result", "schedule", "task",
+    "claim", "complete", "drain", "enqueue", "enqueue_async", "enqueue_many",
+    "enqueue_many_async", "extend", "fail", "migrate", "next_due", "reap", "release", "requeue",
+    "result", "schedule", "task",
 ]

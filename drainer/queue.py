@@ -18,10 +18,9 @@ from typing import Any, NamedTuple, TypedDict, Unpack, overload
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
-from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
 
-from . import sql
+from . import drivers, sql
 from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
 from .limits import Limits
@@ -208,8 +207,8 @@ def check_key(key: object) -> str:
     return key
 
 
-def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = False,
-             meta: bool = False, limits: bool = False) -> None:
+async def _require(db: drivers.Db, *, priority: bool = False, key: bool = False,
+                   meta: bool = False, limits: bool = False) -> None:
     """ConfigError, before anything is sent, when the table lacks what the call uses
     (a hand-made one); the catalog is read again first, in case `migrate` ran since."""
     def lacking(known: sql.Features) -> list[str]:
@@ -220,12 +219,16 @@ def _require(conn: psycopg.Connection, *, priority: bool = False, key: bool = Fa
                                               known.limits))
                 if used and not has]
 
-    if lacking(sql.features(conn)):
-        sql.forget(conn)
-        missing = lacking(sql.features(conn))
+    if lacking(await db.features()):
+        missing = lacking(await db.features(fresh=True))
         if missing:
             raise ConfigError(f"the jobs table has no {' or '.join(missing)}: run "
                               "`drainer migrate` to add them")
+
+
+def _require_sync(conn: psycopg.Connection, **used: bool) -> None:
+    """`_require` on drainer's own connection."""
+    drivers.blocking(_require(drivers.for_sync(conn), **used))
 
 
 class Enqueued(NamedTuple):
@@ -238,7 +241,7 @@ class Enqueued(NamedTuple):
 
 
 def enqueue(
-    conn: psycopg.Connection,
+    conn: drivers.Connectable,
     queue: str,
     payload: object,
     *,
@@ -254,7 +257,8 @@ def enqueue(
     """Insert one job in the caller's transaction and return its id; with a key a
     queued or running job of the queue holds, insert nothing and return the holder's
     id (`replace`: a queued holder takes this payload, run_at and priority). `group`:
-    for its task's per-group limit (the job's meta records it)."""
+    for its task's per-group limit (the job's meta records it). The connection is
+    psycopg 3's or another driver's (`drivers.Connectable`)."""
     return enqueue_keyed(conn, queue, payload, key=key, replace=replace, priority=priority,
                          group=group, run_at=run_at, delay=delay, max_attempts=max_attempts,
                          now=now).id
@@ -273,9 +277,21 @@ class _Options(TypedDict, total=False):
     now: datetime | None
 
 
-def enqueue_keyed(conn: psycopg.Connection, queue: str, payload: object,
+async def enqueue_async(conn: drivers.Connectable, queue: str, payload: object,
+                        **options: Unpack[_Options]) -> int:
+    """`enqueue` on an asyncio connection (`drivers.ASYNC_KINDS`)."""
+    return (await _enqueue_keyed(await drivers.for_async(conn), queue, payload, options)).id
+
+
+def enqueue_keyed(conn: drivers.Connectable, queue: str, payload: object,
                   **options: Unpack[_Options]) -> Enqueued:
     """`enqueue`, saying what it did (the CLI tells the user)."""
+    return drivers.blocking(_enqueue_keyed(drivers.for_sync(conn), queue, payload, options))
+
+
+async def _enqueue_keyed(db: drivers.Db, queue: str, payload: object,
+                         options: _Options) -> Enqueued:
+    """`enqueue_keyed`'s work, the same for sync and asyncio connections."""
     attempts = options.get("max_attempts")
     params: dict[str, object] = {
         "queue": check_queue(queue),
@@ -287,40 +303,36 @@ def enqueue_keyed(conn: psycopg.Connection, queue: str, payload: object,
     key, priority = options.get("key"), check_priority(options.get("priority", 0))
     group = options.get("group")
     if key is None and priority == 0 and group is None:
-        return Enqueued(int(sql.value(conn, "enqueue", params)), "inserted")
-    _require(conn, priority=priority != 0, key=key is not None, meta=group is not None)
+        return Enqueued(int(_first(await db.row("enqueue", params), "enqueue")), "inserted")
+    await _require(db, priority=priority != 0, key=key is not None, meta=group is not None)
     params.update(key=None if key is None else check_key(key), priority=priority,
                   replace=bool(options.get("replace")), meta=_group_meta(group))
     for _ in range(CONFLICT_ROUNDS):
-        found = _enqueue_keyed_once(conn, params)
+        found = await _enqueue_keyed_once(db, params)
         if found is not None:
             return found
     raise DrainerError(f"key {key!r} of queue {queue!r}: its holder kept changing; nothing "
                        "was enqueued")
 
 
-def _enqueue_keyed_once(conn: psycopg.Connection, params: dict[str, object]
-                        ) -> Enqueued | None:
+async def _enqueue_keyed_once(db: drivers.Db, params: dict[str, object]
+                              ) -> Enqueued | None:
     """One try of `enqueue_keyed`; None when it must be asked again. A replace inside a
     transaction runs in a savepoint (sent with it, in one round trip), rolled back when
     the holder it saw queued was not replaced: a claim took it meanwhile, and the
     update's recheck left that running row locked until the caller commits."""
-    if not params["replace"] or _own_transaction(conn):
-        return _enqueued(sql.row(conn, "enqueue_keyed", params))
+    if not params["replace"] or db.own_transaction():
+        return _enqueued(await db.row("enqueue_keyed", params))
     try:
-        with sql.pipeline(conn):
-            sql.run(conn, "savepoint")
-            cursor = sql.run(conn, "enqueue_keyed", params)
-        with translated():
-            found = _enqueued(cursor.fetchone())
+        found = _enqueued(await db.row("enqueue_keyed", params, first="savepoint"))
     except BaseException:
         with suppress(DrainerError):  # the first error is the one to report
-            _roll_back(conn)
+            await db.roll_back()
         raise
     if found is None or found.outcome == "queued":
-        _roll_back(conn)
+        await db.roll_back()
         return None
-    sql.run(conn, "savepoint_release")
+    await db.send("savepoint_release")
     return found
 
 
@@ -328,32 +340,26 @@ def _enqueued(row: tuple[Any, ...] | None) -> Enqueued | None:
     return None if row is None else Enqueued(int(row[0]), str(row[1]))
 
 
-def _own_transaction(conn: psycopg.Connection) -> bool:
-    """Whether a statement sent now commits on its own (no caller's transaction)."""
-    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-
-
-def _roll_back(conn: psycopg.Connection) -> None:
-    """Back to `savepoint`, which is then released: the caller's transaction goes on."""
-    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-        with sql.pipeline(conn):
-            sql.run(conn, "savepoint_rollback")
-            sql.run(conn, "savepoint_release")
+def _first(row: tuple[Any, ...] | None, name: str) -> Any:
+    """The first column of a statement's one row."""
+    if row is None:
+        raise LookupError(f"statement {name!r} returned no row")
+    return row[0]
 
 
 @overload
-def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
+def enqueue_many(conn: drivers.Connectable, queue: str, payloads: Iterable[object], *,
                  keys: None = None, priority: int = 0, group: str | None = None,
                  run_at: datetime | None = None, delay: float | timedelta | None = None,
                  max_attempts: int | None = None, now: datetime | None = None) -> int: ...
 @overload
-def enqueue_many(conn: psycopg.Connection, queue: str, payloads: Iterable[object], *,
+def enqueue_many(conn: drivers.Connectable, queue: str, payloads: Iterable[object], *,
                  keys: Iterable[str], priority: int = 0, group: str | None = None,
                  run_at: datetime | None = None, delay: float | timedelta | None = None,
                  max_attempts: int | None = None, now: datetime | None = None
                  ) -> list[int]: ...
 def enqueue_many(
-    conn: psycopg.Connection,
+    conn: drivers.Connectable,
     queue: str,
     payloads: Iterable[object],
     *,
@@ -373,19 +379,61 @@ def enqueue_many(
 
     run_at is computed once by the database clock, then copied with every row, as
     text (it is exact, offset included) so that no row pays for dumping a datetime.
-    `group`: every job's (see `enqueue`).
+    `group`: every job's (see `enqueue`). A driver without psycopg 3's COPY
+    (psycopg 2) sends the payloads as one JSON document in one INSERT instead, which
+    needs the columns of migration 6.
     """
+    return drivers.blocking(_enqueue_many(drivers.for_sync(conn), queue, payloads, keys, {
+        "priority": priority, "group": group, "run_at": run_at, "delay": delay,
+        "max_attempts": max_attempts, "now": now}))
+
+
+class _ManyOptions(TypedDict, total=False):
+    """`enqueue_many`'s keyword arguments but `keys`."""
+
+    priority: int
+    group: str | None
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    now: datetime | None
+
+
+@overload
+async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: Iterable[object],
+                             *, keys: None = None, **options: Unpack[_ManyOptions]) -> int: ...
+@overload
+async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: Iterable[object],
+                             *, keys: Iterable[str], **options: Unpack[_ManyOptions]
+                             ) -> list[int]: ...
+async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: Iterable[object],
+                             *, keys: Iterable[str] | None = None,
+                             **options: Unpack[_ManyOptions]) -> int | list[int]:
+    """`enqueue_many` on an asyncio connection (`drivers.ASYNC_KINDS`)."""
+    return await _enqueue_many(await drivers.for_async(conn), queue, payloads, keys, options)
+
+
+async def _enqueue_many(db: drivers.Db, queue: str, payloads: Iterable[object],
+                        keys: Iterable[str] | None, options: _ManyOptions) -> int | list[int]:
+    """`enqueue_many`'s work, the same for sync and asyncio connections."""
     check_queue(queue)
-    meta = _group_meta(group)
-    _require(conn, priority=check_priority(priority) != 0, key=keys is not None,
-             meta=meta is not None)
-    with sql.transaction(conn):
+    priority = check_priority(options.get("priority", 0))
+    meta = _group_meta(options.get("group"))
+    as_json = keys is None and not db.copies  # enqueue_keyed_batch, without keys
+    await _require(db, priority=priority != 0 or as_json, key=keys is not None or as_json,
+                   meta=meta is not None)
+    attempts = options.get("max_attempts")
+    async with db.atomic():
+        when = await db.row("db_time", {"now": options.get("now"),
+                                        **_when(options.get("run_at"), options.get("delay"))})
         params = {"queue": queue, "priority": priority, "meta": meta,
-                  "run_at": str(sql.value(conn, "db_time", {"now": now, **_when(run_at, delay)})),
-                  "max_attempts": DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts}
-        if keys is None:
-            return _copy_jobs(conn, payloads, params)
-        return _enqueue_batch(conn, payloads, keys, params)
+                  "run_at": str(_first(when, "db_time")),
+                  "max_attempts": DEFAULT_MAX_ATTEMPTS if attempts is None else attempts}
+        if keys is not None:
+            return await _enqueue_batch(db, payloads, keys, params)
+        if as_json:
+            return await _insert_jobs(db, payloads, params)
+        return await _copy_jobs(db, payloads, params)
 
 
 def _encoded(payloads: Iterable[object]) -> Iterator[str]:
@@ -397,27 +445,32 @@ def _encoded(payloads: Iterable[object]) -> Iterator[str]:
             raise BadInput(f"payload {n}: {exc}; nothing was enqueued") from exc
 
 
-def _copy_jobs(conn: psycopg.Connection, payloads: Iterable[object],
-               params: dict[str, Any]) -> int:
+async def _copy_jobs(db: drivers.Db, payloads: Iterable[object],
+                     params: dict[str, Any]) -> int:
     """The keyless path: COPY straight into jobs (the priority and meta columns only if
     used)."""
-    count = 0
     extra: tuple[object, ...] = ()
     if params["priority"] or params["meta"]:
         extra = (params["priority"],) + ((params["meta"],) if params["meta"] else ())
     name = ("copy_jobs_meta" if params["meta"] else "copy_jobs_priority") if extra else (
         "copy_jobs")
-    with sql.copy(conn, name) as copy:
-        head = (params["queue"],)
-        tail = (params["run_at"], params["max_attempts"], *extra)
-        for text in _encoded(payloads):
-            count += 1
-            copy.write_row((*head, text, *tail))
-    return count
+    head = (params["queue"],)
+    tail = (params["run_at"], params["max_attempts"], *extra)
+    return await db.copy(name, ((*head, text, *tail) for text in _encoded(payloads)))
 
 
-def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
-                   keys: Iterable[str], params: dict[str, Any]) -> list[int]:
+async def _insert_jobs(db: drivers.Db, payloads: Iterable[object],
+                       params: dict[str, Any]) -> int:
+    """The keyless path without COPY: every payload in one JSON document of [payload,
+    null] pairs (each encoded once, as for COPY), inserted by the keyed batch's one
+    statement with no key."""
+    doc = "[" + ",".join([f"[{text},null]" for text in _encoded(payloads)]) + "]"
+    return len(_first(await db.row("enqueue_keyed_batch", {**params, "rows": doc}),
+                      "enqueue_keyed_batch"))
+
+
+async def _enqueue_batch(db: drivers.Db, payloads: Iterable[object],
+                         keys: Iterable[str], params: dict[str, Any]) -> list[int]:
     """The keyed path: the first payload of each key, all in one JSON document (one
     encode instead of one per payload), inserted by one statement that returns their
     ids. A key a job holds already, or that another transaction takes meanwhile, fails
@@ -434,13 +487,15 @@ def _enqueue_batch(conn: psycopg.Connection, payloads: Iterable[object],
         if len(todo) != len(order):
             doc = _encode([[firsts[key], key] for key in todo])
         try:
-            with sql.transaction(conn):
-                new = sql.value(conn, "enqueue_keyed_batch", {**params, "rows": doc})
+            async with db.atomic():
+                new = _first(await db.row("enqueue_keyed_batch", {**params, "rows": doc}),
+                             "enqueue_keyed_batch")
         except BadInput as exc:
             if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise
-            found = sql.value(conn, "batch_holders", {"queue": params["queue"],
-                                                      "keys": _encode(todo)})
+            found = _first(await db.row("batch_holders", {"queue": params["queue"],
+                                                           "keys": _encode(todo)}),
+                           "batch_holders")
             ids.update((key, job) for key, job in zip(todo, found, strict=True) if job)
             todo = [key for key in todo if key not in ids]
             continue
@@ -507,7 +562,7 @@ def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
         text = claim_sql(spec.size, *claim_kind(conn), now is not None)
         cursors.append(_claim(conn, text, {"queues": list(spec.queues)}, spec.lease, now))
     if spec.limited:
-        _require(conn, limits=True)
+        _require_sync(conn, limits=True)
         rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
         rated = [lim.queue for lim in spec.limited if lim.rate is not None]
         with sql.pipeline(conn), sql.transaction(conn):  # one round trip
@@ -866,7 +921,7 @@ def record_limits(conn: psycopg.Connection, limited: Sequence[Limits],
                   unlimited: Sequence[str]) -> None:
     """Write the limits in force for `stats` and `doctor` (where they changed), and
     forget those of `unlimited` queues."""
-    _require(conn, limits=True)
+    _require_sync(conn, limits=True)
     sql.run(conn, "limits_record", {"limits": json.dumps([asdict(lim) for lim in limited]),
                                     "unlimited": list(unlimited)})
 

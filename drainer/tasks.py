@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-import psycopg
-
 from . import queue, schedules
+from .drivers import Connectable
 from .errors import ConfigError
 from .limits import limits
 from .queue import Job, check_queue
@@ -24,8 +23,9 @@ Handler = Callable[[Job], object]
 
 class Task:
     """What `@task` returns: the function, still callable as itself, with its queue and
-    its policies. `.enqueue` and `.enqueue_many` need no queue name and apply the
-    task's defaults (max_attempts); `drain()` callers may pass a Task as a handler."""
+    its policies. `.enqueue` and `.enqueue_many` (and their `_async` twins) need no
+    queue name and apply the task's defaults (max_attempts); `drain()` callers may pass
+    a Task as a handler."""
 
     def __init__(self, fn: Handler, queue: str, *, timeout: float | timedelta | None = None,
                  max_attempts: int | None = None, backoff: Backoff | None = None,
@@ -63,15 +63,26 @@ class Task:
             options["max_attempts"] = self.max_attempts
         return options
 
-    def enqueue(self, conn: psycopg.Connection, payload: object, **options: Any) -> int:
+    def enqueue(self, conn: Connectable, payload: object, **options: Any) -> int:
         """`drainer.enqueue` on this task's queue, with its defaults."""
         return queue.enqueue(conn, self.queue, payload, **self._defaults(options))
 
-    def enqueue_many(self, conn: psycopg.Connection, payloads: Iterable[object],
+    def enqueue_many(self, conn: Connectable, payloads: Iterable[object],
                      **options: Any) -> int | list[int]:
         """`drainer.enqueue_many` on this task's queue, with its defaults."""
         found: int | list[int] = queue.enqueue_many(conn, self.queue, payloads,
                                                     **self._defaults(options))
+        return found
+
+    async def enqueue_async(self, conn: Connectable, payload: object, **options: Any) -> int:
+        """`drainer.enqueue_async` on this task's queue, with its defaults."""
+        return await queue.enqueue_async(conn, self.queue, payload, **self._defaults(options))
+
+    async def enqueue_many_async(self, conn: Connectable, payloads: Iterable[object],
+                                 **options: Any) -> int | list[int]:
+        """`drainer.enqueue_many_async` on this task's queue, with its defaults."""
+        found: int | list[int] = await queue.enqueue_many_async(
+            conn, self.queue, payloads, **self._defaults(options))
         return found
 
 
