@@ -199,3 +199,21 @@ def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
     # A drain's code without those limits any more forgets them.
     queue.record_limits(conn, [capped], ["grouped"])
     assert [f["queue"] for f in report.stats(conn)["limits"]] == ["single"]
+
+
+def test_a_throttled_drain_arms_a_wake_up_for_its_next_token(runs, db_url):
+    """next_due and the serverless run's decision, together: the run neither goes on
+    (which would spin on throttled jobs) nor stops for good."""
+    from datetime import datetime
+
+    from drainer import wake
+    from drainer.run import Summary
+
+    drainer.enqueue_many(runs, "rated", [{}] * 25)
+    [summary] = finish(drainers(db_url, 1, "--queue", "rated"))
+    due = datetime.fromisoformat(summary["next_due"])
+    now = runs.execute("SELECT now()").fetchone()[0]
+    decided = wake.after_run(Summary(claimed=summary["claimed"], next_due=due, next_run_at=due),
+                             now=now, depth=0, max_depth=3, remaining=timedelta(minutes=10))
+    assert decided.action in ("wait", "wake") and decided.at is not None
+    assert decided.at >= due  # not before the token
