@@ -15,9 +15,10 @@ import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import clock
 from .errors import DrainerError, redact
@@ -49,15 +50,13 @@ def _bounded(text: str) -> str:
 
 
 def _unawaited(result: object) -> Setback | None:
-    """A failure when a handler returned a coroutine or an async generator (an
-    `async def` in some wrapper @task could not see): called on a thread it only
-    created the work, and the job must not be marked done."""
-    if inspect.isawaitable(result) or inspect.isasyncgen(result):
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()  # no "never awaited" warning: the failure says it instead
-        return Setback("TypeError: the handler returned an awaitable without running it (an "
-                       "`async def`, perhaps wrapped); drainer cannot run async handlers yet")
+    """A failure when a handler returned an async generator (an `async def` that
+    yields): it is no work drainer can run to an end, and the job must not be marked
+    done."""
+    if inspect.isasyncgen(result):
+        result.aclose().close()  # no "never awaited" warning: the failure says it instead
+        return Setback("TypeError: the handler returned an async generator (an `async def` "
+                       "with yield); make it return, or return a value")
     return None
 
 
@@ -171,6 +170,7 @@ class Batch:
         self.running: dict[int, Job] = {}
         self.started: dict[int, float] = {}  # job id -> when its handler began
         self.timed_out: set[int] = set()
+        self.futures: dict[int, Future[Any]] = {}  # async handlers' work, by job id
         self.outcome = Outcome()
         self.lock = threading.Lock()
         self.idle = clock.event()
@@ -246,6 +246,8 @@ class Batch:
         task = self.tasks[job.queue]
         try:
             result = task.fn(job)
+            if inspect.isawaitable(result):  # an `async def`, perhaps wrapped
+                result = self._await(job, result)
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
             return Ended(task.policy.judge(job, exc, describe(exc)),
                          traced=trace(exc) if self.tracebacks else None)
@@ -254,6 +256,19 @@ class Batch:
             return Ended(unawaited)
         kept = _kept(result)
         return Ended(kept) if isinstance(kept, Setback) else Ended(kept=kept)
+
+    def _await(self, job: Job, awaitable: Any) -> object:
+        """Run an async handler's work on the process's event loop, this thread
+        waiting for it (so --concurrency still caps the jobs in flight); a timeout
+        cancels it there (`_time_out`)."""
+        future = clock.run_async(awaitable)
+        with self.lock:
+            self.futures[job.id] = future
+        try:
+            return future.result()
+        finally:
+            with self.lock:
+                self.futures.pop(job.id, None)
 
     def _spawn(self) -> None:
         clock.spawn(self._work)
@@ -277,6 +292,10 @@ class Batch:
                         job, late_error, describe(late_error))))
         for job, _ in late:
             job.cancelled.set()  # its thread runs on, written off: it may as well stop
+            with self.lock:
+                future = self.futures.get(job.id)
+            if future is not None:
+                future.cancel()  # an async handler really stops: CancelledError inside
             self._spawn()
 
     def _heartbeat(self) -> bool:

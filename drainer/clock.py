@@ -8,12 +8,15 @@ time so freezegun can drive them; callers look the functions up here at call tim
 place (bench/simulator) without a cost to the code that ships.
 """
 
+import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from datetime import datetime
 from queue import SimpleQueue
+from typing import Any
 
 PROC_STAT = "/proc/self/stat"
 PROC_UPTIME = "/proc/uptime"
@@ -98,14 +101,53 @@ class _Threads:
 _THREADS = _Threads()
 
 
+class _Loop:
+    """The process's one event loop for async handlers, on a daemon thread of its own,
+    started when the first async handler runs: a loop per job would cost a loop's
+    start each time and share nothing (clients, connection pools) between jobs."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def submit(self, awaitable: Awaitable[Any]) -> "Future[Any]":
+        with self.lock:
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+                threading.Thread(target=self.loop.run_forever, daemon=True,
+                                 name="drainer-async").start()
+            return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
+
+    def close(self) -> None:
+        with self.lock:
+            loop, self.loop = self.loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+_LOOP = _Loop()
+
+
+def run_async(awaitable: Awaitable[Any]) -> "Future[Any]":
+    """Run `awaitable` on the process's event loop; its future (cancel it to cancel
+    the task: asyncio raises CancelledError at its next await)."""
+    return _LOOP.submit(awaitable)
+
+
 def end_threads() -> None:
     """End the handler threads kept for later batches (a thread still in a handler
-    ends when it returns); the next batch starts new ones. For tests: none starts
-    with the threads an earlier one left, written-off handlers' included (see
-    drainer.testing.reset)."""
-    global _THREADS
+    ends when it returns), and the event loop of async handlers; the next batch
+    starts new ones. For tests: none starts with the threads an earlier one left,
+    written-off handlers' included (see drainer.testing.reset)."""
+    global _THREADS, _LOOP
     old, _THREADS = _THREADS, _Threads()
     old.close()
+    loop, _LOOP = _LOOP, _Loop()
+    loop.close()
 
 
 def process_start() -> float:

@@ -3,7 +3,6 @@
 import copy
 import functools
 import importlib
-import inspect
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -157,10 +156,6 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     own = None if cron is None else Schedule(queue, queue, cron, tz, max_attempts=max_attempts)
 
     def register(fn: Handler) -> Task:
-        if inspect.iscoroutinefunction(fn):  # called on a thread, it would only make a coroutine
-            raise ConfigError(f"@task({queue!r}): {fn.__qualname__} is `async def`, which "
-                              "drainer cannot run yet; make it a plain function (it may "
-                              "call asyncio.run)")
         made = _REGISTRY[queue] = shape.of(fn)
         if own is not None:
             schedules.declare(own)

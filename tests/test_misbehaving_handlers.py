@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 import drainer
+import drainer.testing
 from drainer.batch import MAX_ERROR, describe
-from drainer.errors import ConfigError
 from drainer.run import Options, drain
 from drainer.tasks import Task, registered, task
 from tests.helpers import count, drainer_process, run_cli, summary_of, wait_until
@@ -116,7 +116,6 @@ def test_task_timeouts_are_checked():
         with pytest.raises(drainer.ConfigError, match="timeout"):
             task("checked", timeout=bad)
     task("checked", timeout=timedelta(seconds=2))(lambda job: None)
-    from drainer.tasks import registered
     assert registered()["checked"].timeout == 2.0
 
 
@@ -159,13 +158,16 @@ def test_a_hung_handler_without_a_timeout_comes_back_by_its_lease(db_url, tmp_pa
             "failed", "lease expired")
 
 
-def test_an_async_handler_is_refused_when_registered_not_marked_done_unrun():
-    """Called on a thread, an `async def` handler would only create a coroutine, and
-    the job would be done without having run."""
+def test_an_async_handler_is_registered_and_runs(conn):
+    """An `async def` handler runs on the process's event loop, not as a coroutine
+    made on a thread and dropped."""
+    ran = []
 
     async def send_email(job):
-        raise AssertionError("never awaited")
+        ran.append(job.id)
 
-    with pytest.raises(ConfigError, match=r"send_email is `async def`"):
-        task("async-refused")(send_email)
-    assert "async-refused" not in registered()
+    with drainer.testing.separate_tasks():
+        registered_task = task("async-ok")(send_email)
+        job_id = drainer.enqueue(conn, "async-ok", {})
+        summary = drain(conn, {"async-ok": registered_task}, Options(["async-ok"]))
+    assert (summary.done, ran) == (1, [job_id])

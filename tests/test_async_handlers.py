@@ -1,0 +1,122 @@
+"""`async def` handlers on a real PostgreSQL: one event loop for the process,
+--concurrency as the one cap on jobs in flight (async and sync together), a task
+timeout that really cancels, the task's policies, and a real drain process."""
+
+import asyncio
+import signal
+import threading
+import time
+
+import drainer
+from drainer.run import Options, drain
+from drainer.tasks import Task
+from tests.helpers import drainer_process, run_cli, summary_of, wait_until
+
+
+def test_async_handlers_run_on_one_loop_up_to_the_concurrency(conn):
+    loops, in_flight, peak = set(), [0], [0]
+
+    async def handler(job):
+        loops.add(id(asyncio.get_running_loop()))
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.05)
+        in_flight[0] -= 1
+        return job.payload["n"] * 2
+
+    drainer.enqueue_many(conn, "a", [{"n": n} for n in range(40)])
+    summary = drain(conn, {"a": Task(handler, "a", keep_result=True)},
+                    Options(["a"], concurrency=5, batch_size=10))
+    assert summary.done == 40
+    assert len(loops) == 1  # one loop, across jobs and batches
+    assert peak[0] == 5
+    assert sorted(v for (v,) in conn.execute("SELECT result FROM jobs")) == list(range(0, 80, 2))
+
+
+def test_sync_and_async_handlers_share_one_cap(conn):
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+
+    def enter() -> None:
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+
+    def leave() -> None:
+        with lock:
+            in_flight[0] -= 1
+
+    async def slow_async(job):
+        enter()
+        await asyncio.sleep(0.05)
+        leave()
+
+    def slow_sync(job):
+        enter()
+        time.sleep(0.05)
+        leave()
+
+    drainer.enqueue_many(conn, "x", [{}] * 12)
+    drainer.enqueue_many(conn, "y", [{}] * 12)
+    summary = drain(conn, {"x": slow_async, "y": slow_sync},
+                    Options(["x", "y"], concurrency=4, batch_size=24))
+    assert summary.done == 24
+    assert peak[0] == 4
+
+
+def test_a_timeout_cancels_an_async_handler(conn):
+    seen = threading.Event()
+
+    async def stuck(job):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.set()
+            raise
+
+    job_id = drainer.enqueue(conn, "t", {})
+    summary = drain(conn, {"t": Task(stuck, "t", timeout=0.3)}, Options(["t"]))
+    assert summary.retried == 1
+    assert seen.wait(5)  # cancelled on the loop, not left running
+    assert conn.execute("SELECT last_error FROM jobs WHERE id = %s", (job_id,)).fetchone()[
+        0].startswith("TimeoutError: ")
+
+
+def test_an_async_handlers_policies_retry_and_snooze(conn):
+    async def asks(job):
+        if job.payload["ask"] == "retry":
+            raise drainer.Retry(delay=7)
+        if job.payload["ask"] == "snooze":
+            raise drainer.Snooze(delay=9)
+        raise KeyError("not worth retrying")
+
+    for ask in ("retry", "snooze", "fatal"):
+        drainer.enqueue(conn, "p", {"ask": ask})
+    summary = drain(conn, {"p": Task(asks, "p", retry_on=ConnectionError)}, Options(["p"]))
+    assert (summary.retried, summary.failed) == (2, 1)
+    rows = conn.execute("SELECT payload ->> 'ask', status, round(extract(epoch FROM run_at - "
+                        "now())), max_attempts FROM jobs ORDER BY id").fetchall()
+    assert [(a, s) for a, s, _, _ in rows] == [("retry", "queued"), ("snooze", "queued"),
+                                               ("fatal", "failed")]
+    assert [w for _, s, w, _ in rows if s == "queued"] == [7, 9]
+    assert rows[1][3] == 6  # the snooze raised the budget
+
+
+def test_a_drain_process_with_async_tasks_and_sigterm_mid_batch(conn, db_url, tmp_path):
+    drainer.enqueue_many(conn, "async", [{}] * 20)
+    drainer.enqueue_many(conn, "sync", [{}] * 20)
+    done = run_cli("drain", "--database-url", db_url, "--tasks", "asyncy", "--concurrency", "8")
+    assert done.returncode == 0, done.stderr
+    assert summary_of(done.stdout)["done"] == 40
+    touch = tmp_path / "started"
+    drainer.enqueue(conn, "async", {"touch": str(touch), "sleep": 1})
+    drainer.enqueue_many(conn, "async", [{"sleep": 1}] * 5)
+    proc = drainer_process(db_url, "--tasks", "asyncy", "--queue", "async", "--batch-size", "6")
+    wait_until(touch.exists)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    summary = summary_of(out)
+    assert summary["stopped"] == "signal"
+    # The started job finished; those not started were given back, attempt included.
+    assert summary["done"] >= 1
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (0,)
