@@ -10,7 +10,10 @@ cluster of the embedded binaries unless --database-url names a database (its job
 table is emptied before each replay).
 
 The table is Markdown (docs/waiting-costs.md shows it). The chart needs the `bench` extra
-(matplotlib); without it the table is still printed.
+(matplotlib); without it the table is still printed. A day with schedules also
+checks that every strategy ran each slot of the day once, at or after its time
+(exit 1 if not), and prints what one schedule alone costs ours on an otherwise
+empty day, per expression in SCHEDULE_COSTS.
 """
 
 import argparse
@@ -24,13 +27,15 @@ from pathlib import Path
 
 from bench.simulator import day as days
 from bench.simulator.database import Database
-from bench.simulator.metrics import Result, ideal, percentile, replay
-from bench.simulator.strategies import strategies
+from bench.simulator.metrics import Result, ideal, percentile, replay, slot_problems, woken_slots
+from bench.simulator.strategies import Ours, strategies
 from bench.speed.pg import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "docs" / "waiting-costs.png"
 FLOOR = 0.1  # seconds: the chart's lowest latency
+# One schedule alone on an otherwise empty day, each slot's job 1 s: what it costs.
+SCHEDULE_COSTS = ("0 3 * * *", "0 * * * *", "*/15 * * * *", "*/10 * * * *", "*/5 * * * *")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,10 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     with database(args.database_url) as db:
         results = replay_all(day, timeouts, db)
         backoff = db.backoff
+        alone = schedule_costs(day, timeouts, db) if day.schedules else []
     print(parameters(day, args.day))
     for timeout, rows in results.items():
         print()
         print(table(day, timeout, rows, backoff))
+    if alone:
+        print()
+        print(costs_table(day, timeouts, alone, backoff))
     if args.chart:
         try:
             chart(day, results, backoff, args.chart)
@@ -56,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         else:
             print(f"\nchart: {args.chart}", file=sys.stderr)
-    return 0
+    problems = [p for rows in results.values() for r in rows for p in slot_problems(day, r)]
+    for problem in problems:
+        print(f"bench.simulate: a slot did not run once: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -111,15 +123,29 @@ def replay_all(day: days.Day, timeouts: list[float], db: Database
     return {timeout: results[timeout] for timeout in timeouts}
 
 
+def schedule_costs(day: days.Day, timeouts: list[float], db: Database
+                   ) -> list[tuple[days.Day, dict[float, Result]]]:
+    """Ours, with no backstop (its ticks would cost the same with or without a
+    schedule), on the day emptied of its jobs and schedules but for one schedule, per
+    expression of SCHEDULE_COSTS, at every timeout."""
+    found = []
+    for cron in SCHEDULE_COSTS:
+        alone = replace(day, enqueues=[], schedules=[days.Periodic("alone", cron)])
+        found.append((alone, {t: replay(alone, t, Ours(backstop=None), db) for t in timeouts}))
+    return found
+
+
 def parameters(day: days.Day, path: Path) -> str:
     specs = day.specs
     retried = sum(s.failures > 0 for s in specs)
     ahead = sum(s.run_at is not None for s in specs)
     model = {k: v for k, v in vars(day.model).items() if k != "suspend_timeouts_minutes"}
+    periodic = ", ".join(f"{p.name} `{p.cron}` ({p.seconds:g} s)" for p in day.schedules)
     return (f"Day {day.start:%Y-%m-%d} from {path.name}: {len(specs)} jobs "
             f"({retried} failing at least once, {ahead} scheduled hours ahead), "
-            f"{sum(s.duration for s in specs) / 60:.0f} min of handler time.\n"
-            f"Model: {json.dumps(model)}")
+            f"{sum(s.duration for s in specs) / 60:.0f} min of handler time"
+            + (f"; schedules {periodic}: {len(day.slots)} slots" if periodic else "")
+            + f".\nModel: {json.dumps(model)}")
 
 
 def table(day: days.Day, timeout: float, results: list[Result], backoff: list[float]) -> str:
@@ -128,10 +154,10 @@ def table(day: days.Day, timeout: float, results: list[Result], backoff: list[fl
         f"Suspend timeout {timeout:g} min; ideal {awake:.2f} h awake in {bursts} bursts.",
         "",
         "| strategy | awake h | × ideal | resumes | invocations | worker h "
-        "| start p50 | start p99 | start max | due p99 | due max |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| start p50 | start p99 | start max | due p99 | due max | slots run | slot late max |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
         f"| ideal: work + one timeout per burst | {awake:.2f} | 1.00 | {bursts} "
-        "| | | | | | | |",
+        f"| | | | | | | | {len(day.slots)} | |",
     ]
     for r in results:
         cells = [
@@ -140,11 +166,35 @@ def table(day: days.Day, timeout: float, results: list[Result], backoff: list[fl
             f"{r.worker_hours:.1f}",
             *(duration(percentile(r.latency, q)) for q in (0.5, 0.99, 1.0)),
             *(duration(percentile(r.lateness, q)) for q in (0.99, 1.0)),
+            str(len(r.slot_starts)), duration(percentile(r.slot_lateness, 1.0)),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     unfinished = [f"{r.strategy}: {r.unfinished}" for r in results if r.unfinished]
     if unfinished:
         lines.append(f"\nJobs not finished when the day ends: {', '.join(unfinished)}.")
+    woken = [f"{r.strategy}: {n}" for r in results
+             if (n := woken_slots(day, r)) is not None and day.slots]
+    if woken:
+        lines.append(f"\nSlots (of {len(day.slots)}) whose minute a wake-up fired at: "
+                     f"{', '.join(woken)}.")
+    return "\n".join(lines)
+
+
+def costs_table(day: days.Day, timeouts: list[float],
+                rows: list[tuple[days.Day, dict[float, Result]]], backoff: list[float]) -> str:
+    """What one schedule alone costs ours, per expression, at every timeout."""
+    head = " | ".join(f"awake h at {t:g} min | × ideal | resumes" for t in timeouts)
+    lines = [f"One schedule alone on an otherwise empty {day.seconds / 3600:g} h day "
+             "(each slot's job 1 s), ours with no backstop:", "",
+             f"| schedule | slots | {head} |", "|---|--:|" + "--:|--:|--:|" * len(timeouts)]
+    for alone, results in rows:
+        cells = [f"`{alone.schedules[0].cron}`", str(len(alone.slots))]
+        for t in timeouts:
+            awake = ideal(alone, t, backoff)[0]
+            r = results[t]
+            cells += [f"{r.awake_hours:.2f}",
+                      f"{r.awake_hours / awake:.2f}" if awake else "", str(r.resumes)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -194,7 +244,8 @@ def chart(day: days.Day, results: dict[float, list[Result]], backoff: list[float
         ax.set_title(f"suspend timeout {timeout:g} min", fontsize=9)
         ax.grid(True, linewidth=0.3)
     axes[0][0].set_ylabel("p99 job start latency, seconds")
-    fig.suptitle(f"What waiting costs: one day, {len(day.specs)} jobs, "
+    slots = f" and {len(day.slots)} schedule slots" if day.slots else ""
+    fig.suptitle(f"What waiting costs: one day, {len(day.specs)} jobs{slots}, "
                  f"resume {day.model.resume:g} s", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,18 +1,28 @@
 """The scale-to-zero simulator (bench/simulate.py) on tiny days: properties of the
 model that a regression would break, and proof that it runs drainer's own code."""
 
+import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+import bench.simulate
 from bench.simulate import main
 from bench.simulator.database import Database
 from bench.simulator.day import parse
 from bench.simulator.kernel import Kernel
-from bench.simulator.metrics import ideal, percentile, replay
-from bench.simulator.strategies import BACKSTOP_MINUTES, Cron, Listen, Ours, Poll, strategies
+from bench.simulator.metrics import ideal, percentile, replay, slot_problems, woken_slots
+from bench.simulator.strategies import (
+    BACKSTOP_MINUTES,
+    Cron,
+    Listen,
+    Ours,
+    Poll,
+    PolledSlots,
+    strategies,
+)
 from drainer import clock
 from drainer.aws import function
 from drainer.run import Sizer
@@ -27,6 +37,8 @@ BURST = {  # one burst, shorter than an hour so no backstop tick falls in it
     "duration": {"median": 0.2, "sigma": 0.5, "max": 5},
     "bursts": [{"at": "00:05", "minutes": 5, "jobs": 60}],
 }
+HOURLY = {"name": "hourly", "cron": "0 * * * *", "seconds": 2}
+EVERY_20 = {"name": "every-20", "cron": "*/20 * * * *"}
 
 
 @pytest.fixture
@@ -97,12 +109,77 @@ def test_concurrent_runs_of_ours_do_not_all_wait_for_the_same_retry(database):
 @pytest.mark.parametrize("strategy", strategies(), ids=lambda s: s.name)
 def test_every_strategy_finishes_the_day_s_jobs_none_early(strategy, database):
     # Long enough for the retries: a slow cron runs one attempt per tick.
-    day = parse({**BURST, "hours": 6 if isinstance(strategy, Cron) else 1})
+    day = parse({**BURST, "hours": 6 if isinstance(strategy, Cron) else 1,
+                 "schedules": [HOURLY]})
     result = replay(day, TIMEOUT, strategy, database)
     assert result.unfinished == 0
     assert len(result.latency) == len(day.specs)
     # Statements take no virtual time: a LISTEN worker claims at its notification's instant.
     assert min(result.latency) >= 0 and min(result.lateness) >= 0
+    # Every slot of the day ran once, none early (the next day's first is queued).
+    assert len(result.slot_starts) == len(day.slots) >= 1
+    assert slot_problems(day, result) == []
+
+
+def test_the_day_s_slots_are_drainer_s_in_their_zone():
+    day = parse({"hours": 24, "schedules": [
+        {"name": "paris", "cron": "0 3 * * *", "tz": "Europe/Paris"}, HOURLY]})
+    assert [s.at for s in day.slots if s.schedule == "paris"] == [2 * 3600]  # UTC+1 in March
+    assert len(day.slots) == 25
+
+
+def test_the_ideal_counts_a_slot_away_from_other_work_as_a_burst(database):
+    day = parse({"hours": 2, "schedules": [HOURLY]})
+    assert ideal(day, TIMEOUT, database.backoff) == pytest.approx(
+        (2 * (2 + 60 * TIMEOUT) / 3600, 2))
+
+
+def test_ours_with_schedules_wakes_at_each_slot_within_10_percent_of_the_ideal(database):
+    # No process runs between slots: each slot's job is queued with the slot as its
+    # run_at, so the run before it arms the wake-up for that minute.
+    day = parse({**QUIET, "schedules": [HOURLY, EVERY_20]})
+    result = replay(day, TIMEOUT, Ours(), database)
+    assert slot_problems(day, result) == []
+    assert woken_slots(day, result) == len(day.slots) == 12  # 3 hourly, 9 every 20 min
+    # On its minute: the invoke, the resume, and at 00:00 and each hour the other
+    # slot's job (2 s) ahead of it.
+    assert max(result.slot_lateness) < day.model.invoke + day.model.resume + 2 + 0.1
+    awake, bursts = ideal(day, TIMEOUT, database.backoff)
+    assert result.resumes == bursts == 9
+    assert result.awake_hours <= 1.1 * awake
+
+
+def test_a_scheduler_polling_every_30_s_keeps_the_compute_awake(database):
+    day = parse({**QUIET, "schedules": [HOURLY]})
+    result = replay(day, TIMEOUT, PolledSlots(), database)
+    assert slot_problems(day, result) == []
+    assert result.awake_hours == pytest.approx(3)
+    assert result.resumes == 1
+
+
+def test_a_schedule_every_5_minutes_keeps_a_5_minute_compute_awake(database):
+    day = parse({**QUIET, "schedules": [{"name": "five", "cron": "*/5 * * * *"}]})
+    result = replay(day, TIMEOUT, Ours(backstop=None), database)
+    assert slot_problems(day, result) == []
+    assert result.awake_hours == pytest.approx(3, abs=0.001)  # but the first invoke
+    assert result.resumes == 1
+
+
+def test_the_command_checks_the_slots_and_prints_what_a_schedule_costs(
+        capsys, tmp_path, db_url, monkeypatch):
+    day = tmp_path / "day.json"
+    day.write_text(json.dumps({"hours": 1, "schedules": [EVERY_20]}))
+    monkeypatch.setattr(bench.simulate, "SCHEDULE_COSTS", ("*/5 * * * *",))
+    monkeypatch.setattr(bench.simulate, "strategies", lambda: [Ours()])
+    assert main(["--day", str(day), "--timeout", "5", "--no-chart",
+                 "--database-url", db_url]) == 0
+    out = capsys.readouterr().out
+    assert "| `*/5 * * * *` | 12 | 1.00 | 1.00 | 1 |" in out
+    # An hourly cron drain misses the slots between its ticks (catch_up="latest").
+    monkeypatch.setattr(bench.simulate, "strategies", lambda: [Cron(3600)])
+    assert main(["--day", str(day), "--timeout", "5", "--no-chart",
+                 "--database-url", db_url]) == 1
+    assert "every-20 at 00:20 ran 0 times" in capsys.readouterr().err
 
 
 def test_the_replay_runs_the_function_s_own_decisions(database, monkeypatch):

@@ -51,6 +51,7 @@ class Scheduler:
     def __init__(self, kernel: Kernel, invoke: Callable[[dict], None]) -> None:
         self.kernel, self.invoke = kernel, invoke
         self.armed: dict[str, object] = {}  # name -> the token of its firing
+        self.fired: list[float] = []  # when each wake-up fired, on the virtual clock
 
     def create_schedule(self, *, Name: str, ScheduleExpression: str, Target: dict,  # noqa: N803
                         **_: object) -> None:
@@ -63,6 +64,7 @@ class Scheduler:
         def fire() -> None:
             if self.armed.get(Name) is token:
                 del self.armed[Name]
+                self.fired.append(self.kernel.now)
                 self.invoke(event)
 
         self.kernel.call_at((at - self.kernel.start).total_seconds(), fire)

@@ -2,8 +2,8 @@
 on an emptied table, its `now` the virtual clock's.
 
 An observer connection, which the compute model does not see, reads what the
-metrics need: a claimed job's run_at, what is left at the day's end, and the
-backoff the fail statement gives.
+metrics need (a claimed job's run_at, what is left at the day's end, the backoff
+the fail statement gives) and stores the day's schedules before it begins.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -11,7 +11,8 @@ from functools import cached_property
 
 import psycopg
 
-from drainer import queue
+from drainer import queue, schedules
+from drainer.schedules import Schedule
 from drainer.schema import migrate
 
 from .compute import Connection, Cursor, Session
@@ -50,16 +51,25 @@ class Database:
                 conn.rollback()
             conn.session = None
         self.idle[:] = self.connections
-        self.observer.execute("TRUNCATE jobs, jobs_archive RESTART IDENTITY")
+        self.observer.execute(
+            "TRUNCATE jobs, jobs_archive, drainer_schedules RESTART IDENTITY")
+
+    def sync(self, declared: list[Schedule], now: datetime) -> None:
+        """Store the schedules and queue each one's next slot after `now`, as
+        `drainer schedules --sync` does at a deploy (unseen by the compute model)."""
+        schedules.reconcile(self.observer, declared, sorted({s.queue for s in declared}),
+                            now=now)
 
     def run_at(self, job_id: int) -> datetime:
         return self.observer.execute("SELECT run_at FROM jobs WHERE id = %s",
                                      (job_id,)).fetchone()[0]
 
-    def unfinished(self) -> int:
-        """Jobs neither done nor failed for good."""
+    def unfinished(self, end: datetime) -> int:
+        """Jobs neither done nor failed for good, but for the slot a schedule queued
+        for `end` or later (the next day's)."""
         return self.observer.execute(
-            "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')").fetchone()[0]
+            "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') "
+            "AND NOT (meta ? 'schedule' AND run_at >= %s)", (end,)).fetchone()[0]
 
     @cached_property
     def backoff(self) -> list[float]:

@@ -1,9 +1,11 @@
 """The day to replay, read from a parameter file (bench/day.json is the default).
 
 The file holds the workload (bursts, a trickle, jobs scheduled hours ahead, job
-durations, the share of failing jobs) and the model's parameters (the compute's
-resume delay, client and Lambda latencies). Times of day are "HH:MM" in UTC.
-Jobs are drawn once from the file's seed, so every strategy replays the same day.
+durations, the share of failing jobs, schedules) and the model's parameters (the
+compute's resume delay, client and Lambda latencies). Times of day are "HH:MM" in
+UTC. Jobs are drawn once from the file's seed, so every strategy replays the same
+day. A schedule (`drainer.schedule`) is declared on the simulated queue; its slots
+are drainer's (cronsim's), each one job that runs `seconds`.
 """
 
 import json
@@ -15,7 +17,10 @@ from pathlib import Path
 
 from drainer.aws.kick import DEFAULT_INTERVAL
 from drainer.aws.settings import Settings
+from drainer.schedules import Schedule
 from drainer.settings import DEFAULT_MAX_DEPTH
+
+from .work import QUEUE
 
 DEFAULT = Path(__file__).resolve().parent.parent / "day.json"
 
@@ -31,6 +36,29 @@ class Spec:
     duration: float
     failures: int
     max_attempts: int
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A schedule of the day: its job runs `seconds` at each slot of `cron` in `tz`."""
+
+    name: str
+    cron: str
+    tz: str = "UTC"
+    seconds: float = 1.0
+
+    def declared(self) -> Schedule:
+        """The schedule as an application declares it, on the simulated queue."""
+        return Schedule(self.name, QUEUE, self.cron, self.tz)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One slot of a schedule in the day: seconds into the day, and its job's length."""
+
+    schedule: str
+    at: float
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -58,10 +86,23 @@ class Day:
     model: Model
     # One entry per producer transaction: when it commits, and the jobs it enqueues.
     enqueues: list[tuple[float, list[Spec]]] = field(default_factory=list)
+    schedules: list[Periodic] = field(default_factory=list)
 
     @property
     def specs(self) -> list[Spec]:
         return [spec for _, specs in self.enqueues for spec in specs]
+
+    @property
+    def slots(self) -> list[Slot]:
+        """Every schedule's slots from the day's start to its end, in order."""
+        found = []
+        for periodic in self.schedules:
+            moments = periodic.declared().after(self.start - timedelta(microseconds=1))
+            for moment in moments:
+                if (at := self.seconds_of(moment)) >= self.seconds:
+                    break
+                found.append(Slot(periodic.name, at, periodic.seconds))
+        return sorted(found, key=lambda slot: (slot.at, slot.schedule))
 
     def at(self, seconds: float) -> datetime:
         """The simulated clock (seconds into the day) as the database's timestamptz."""
@@ -109,6 +150,7 @@ def parse(data: dict) -> Day:
         seconds=3600 * data.get("hours", 24),
         model=Model(**model),
         enqueues=sorted(enqueues, key=lambda e: e[0]),
+        schedules=[Periodic(**entry) for entry in data.get("schedules", [])],
     )
 
 

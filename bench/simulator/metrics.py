@@ -1,6 +1,7 @@
 """What a replay of the day cost, and what the ideal would have."""
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from .database import Database
@@ -20,6 +21,13 @@ class Result:
     latency: list[float]  # first attempts of jobs ready at enqueue: start - commit
     lateness: list[float]  # retries and jobs scheduled ahead: start - due
     unfinished: int  # jobs neither done nor failed for good when the day ends
+    # Each run of a slot job of the day (not the next's): schedule, slot, start.
+    slot_starts: list[tuple[str, float, float]]
+    wake_ups: list[float] | None  # when ours's wake-ups fired (None: not ours)
+
+    @property
+    def slot_lateness(self) -> list[float]:
+        return [started - slot for _, slot, started in self.slot_starts]
 
 
 def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Database
@@ -41,17 +49,44 @@ def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Datab
         worker_hours=world.worker_seconds / 3600,
         latency=latency,
         lateness=lateness,
-        unfinished=database.unfinished(),
+        unfinished=database.unfinished(day.at(day.seconds)),
+        slot_starts=[run for run in world.slot_starts if run[1] < day.seconds],
+        wake_ups=world.wake_ups,
     )
+
+
+def slot_problems(day: Day, result: Result) -> list[str]:
+    """How the replay broke "every slot of the day runs once, at or after its time":
+    a slot that never ran, ran more than once, or ran early. Empty when it held."""
+    runs = Counter((name, slot) for name, slot, _ in result.slot_starts)
+    problems = [f"{slot.schedule} at {_hhmm(slot.at)} ran {runs[slot.schedule, slot.at]} times"
+                for slot in day.slots if runs[slot.schedule, slot.at] != 1]
+    problems += [f"{name} at {_hhmm(slot)} started {slot - started:.1f} s early"
+                 for name, slot, started in result.slot_starts if started < slot]
+    return [f"{result.strategy}: {problem}" for problem in problems]
+
+
+def woken_slots(day: Day, result: Result) -> int | None:
+    """How many of the day's slots had a wake-up fire at their minute (None: no
+    wake-ups, not ours)."""
+    if result.wake_ups is None:
+        return None
+    fired = set(result.wake_ups)
+    return sum(slot.at in fired for slot in day.slots)
+
+
+def _hhmm(seconds: float) -> str:
+    return f"{int(seconds // 3600):02d}:{int(seconds % 3600 // 60):02d}"
 
 
 def ideal(day: Day, timeout_minutes: float, backoff: list[float]) -> tuple[float, int]:
     """(awake hours, bursts) of a compute awake exactly while work runs, every attempt
-    starting when it is due (`backoff`: the database's, `Database.backoff`), plus one
-    suspend timeout after each burst (a run of work with no gap as long as the
-    timeout)."""
+    and every schedule's slot starting when it is due (`backoff`: the database's,
+    `Database.backoff`), plus one suspend timeout after each burst (a run of work
+    with no gap as long as the timeout): a slot away from other work is a burst of
+    its own, one resume."""
     timeout = 60 * timeout_minutes
-    spans = []
+    spans = [(slot.at, slot.at + slot.seconds) for slot in day.slots]
     for spec in day.specs:
         spans.append((spec.enqueue_at, spec.enqueue_at))  # the producer's own commit
         ready = max(spec.enqueue_at, spec.run_at or spec.enqueue_at)

@@ -4,8 +4,11 @@ Every strategy drains with drainer's own code on a real PostgreSQL: the pollers,
 the LISTEN worker and the cron drains call `drainer.run.drain`; ours is the Lambda
 function's run (`drainer.aws.function`: drain, `drainer.wake.after_run`, continue,
 wait, arm a wake-up, prune), kicked by `drainer.aws.kick.Kicker` after each
-enqueue commits. What is modelled is outside drainer: the compute, Lambda,
-Scheduler, the producer, and how the always-on workers wait.
+enqueue commits. The day's schedules are declared (`drainer.schedules`) for every
+strategy but the one whose scheduler polls for due slots, so drainer's drains
+enqueue each slot's job. What is modelled is outside drainer: the compute,
+Lambda, Scheduler, the producer, the polling scheduler, and how the always-on
+workers wait.
 """
 
 import contextlib
@@ -15,10 +18,10 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from drainer import clock, enqueue, enqueue_many
-from drainer.aws import events
+from drainer import clock, enqueue, enqueue_many, schedules
+from drainer.aws import events, schedule
 from drainer.aws.kick import Kicker
 from drainer.queue import Job
 from drainer.run import Options, drain
@@ -27,7 +30,7 @@ from drainer.worker import MIN_WAIT, Backoff
 from . import aws, work
 from .compute import Compute, Connection, Session
 from .database import Database
-from .day import Day, Spec
+from .day import Day, Slot, Spec
 from .kernel import Kernel
 
 BACKSTOP_MINUTES = 360.0  # infra/template.yaml's default BackstopRate, rate(6 hours)
@@ -53,6 +56,9 @@ class World:
         self.strategy = strategy
         self.specs = {spec.id: spec for spec in day.specs}
         self.starts: dict[int, list[tuple[float, float]]] = {}  # spec id -> (due, started)
+        self.periodic = {periodic.name: periodic for periodic in day.schedules}
+        self.slot_starts: list[tuple[str, float, float]] = []  # (schedule, slot, started)
+        self.wake_ups: list[float] | None = None  # when the function's wake-ups fired
         self.invocations = 0
         self.worker_seconds = 0.0  # time a drainer process or function ran
 
@@ -76,7 +82,12 @@ class World:
                        concurrency=self.model.concurrency)
 
     def handle(self, job: Job) -> None:
-        """A job's attempt: recorded with its run_at, as long as its spec says."""
+        """A job's attempt: recorded with its run_at, as long as its spec (or its
+        schedule) says."""
+        slot = slot_of(job)
+        if slot is not None:
+            self._run_slot(*slot)
+            return
         spec = self.specs[job.payload["spec"]]
         due = self.day.seconds_of(self.database.run_at(job.id))
         # On the database's microseconds, so an attempt never starts before it is due.
@@ -86,8 +97,27 @@ class World:
         if job.attempts <= spec.failures:
             raise SimulatedFailure(f"attempt {job.attempts} of {spec.failures} failing")
 
+    def _run_slot(self, name: str, slot: datetime) -> None:
+        now = clock.database_now()
+        assert now is not None, "a slot runs on virtual time"
+        started = self.day.seconds_of(now)
+        self.slot_starts.append((name, self.day.seconds_of(slot), started))
+        clock.sleep(self.periodic[name].seconds)
+
+    def declared(self) -> dict[str, schedules.Schedule]:
+        """The schedules drainer's drains see: the day's, unless the strategy's own
+        scheduler enqueues the slots."""
+        if not self.strategy.declares:
+            return {}
+        return {p.name: p.declared() for p in self.day.schedules}
+
     def run(self) -> None:
         self.database.reset()
+        if declared := self.declared():
+            # As the previous day left it (or a deploy's `drainer schedules --sync`):
+            # each schedule stored, and its first slot of the day queued.
+            self.database.sync(list(declared.values()),
+                               self.day.start - timedelta(seconds=1))
         self.kernel.spawn(self._produce)
         with self._installed():
             self.strategy.start(self)
@@ -105,12 +135,14 @@ class World:
         logger = logging.getLogger("drainer")
         level, logger.level = logger.level, logging.CRITICAL
         work.current = self.handle
+        previous = schedules.replace_declared(self.declared())
         try:
             with (self.kernel.installed(), contextlib.redirect_stdout(io.StringIO()),
                   self.strategy.installed(self)):
                 yield
         finally:
             work.current, logger.level = None, level
+            schedules.replace_declared(previous)
 
     def _produce(self) -> None:
         """The application: one process, one pooled connection (made again after a
@@ -135,9 +167,20 @@ class World:
                          max_attempts=attempts, now=now)
 
 
+def slot_of(job: Job) -> tuple[str, datetime] | None:
+    """The schedule and slot a job runs for: by its meta (drainer's schedules), or
+    by its payload (the polling scheduler's); None for the day's other jobs."""
+    if job.scheduled_for is not None:
+        return job.meta["schedule"], job.scheduled_for
+    if "slot" in job.payload:
+        return job.payload["schedule"], datetime.fromisoformat(job.payload["slot"])
+    return None
+
+
 class Strategy:
     name = "strategy"
     always_on = False  # a worker process that runs all day (no invocations)
+    declares = True  # the day's schedules are declared to drainer
 
     def start(self, world: World) -> None:
         raise NotImplementedError
@@ -293,12 +336,22 @@ class Ours(Strategy):
         with function.installed(world.connect):
             yield
         world.invocations, world.worker_seconds = function.invocations, function.seconds
+        world.wake_ups = function.scheduler.fired if self.declares else None
 
     def start(self, world: World) -> None:
         tick = 60 * (self.backstop or 0)  # a rate schedule fires one period after creation
         while self.backstop and tick < world.day.seconds:
             world.kernel.call_at(tick, lambda: self.function.invoke({"source": events.CRON}))
             tick += 60 * self.backstop
+        slots = world.day.slots
+        if self.declares and slots:
+            self._arm(world.day.at(slots[0].at))
+
+    def _arm(self, at: datetime) -> None:
+        """The wake-up the previous day's last run armed for the day's first slot."""
+        assert self.function is not None and self.function.settings.scheduler is not None
+        group, role = self.function.settings.scheduler
+        schedule.arm(at, target_arn=aws.FUNCTION_ARN, role_arn=role, group=group)
 
     @contextlib.contextmanager
     def transaction(self, world: World, conn: Connection) -> Iterator[None]:
@@ -306,7 +359,45 @@ class Ours(Strategy):
             yield
 
 
+@dataclass
+class PolledSlots(Ours):
+    """Ours for the jobs, but the schedules are a scheduler process's (as pg-boss's
+    is): every `every` seconds it checks, with a query, whether a slot is due, and
+    enqueues its job (with a kick) when one is."""
+
+    every: float = 30.0
+    declares = False
+
+    @property
+    def name(self) -> str:
+        return f"ours, slots from a scheduler polling every {self.every:g} s"
+
+    def start(self, world: World) -> None:
+        super().start(world)
+        world.kernel.spawn(self.scheduler, world)
+
+    def scheduler(self, world: World) -> None:
+        pending = list(world.day.slots)
+        conn = None
+        while True:
+            conn = world.connected(conn)
+            conn.execute("SELECT now()")  # the check: is a slot due?
+            due = [slot for slot in pending if slot.at <= world.kernel.now]
+            if due:
+                with self.transaction(world, conn):
+                    for slot in due:
+                        self._enqueue(world, conn, slot)
+                pending = pending[len(due):]
+            clock.sleep(self.every)
+
+    def _enqueue(self, world: World, conn: Connection, slot: Slot) -> None:
+        moment = world.day.at(slot.at).isoformat()
+        enqueue(conn, work.QUEUE, {"schedule": slot.schedule, "slot": moment},
+                key=f"schedule:{slot.schedule}@{moment}", run_at=world.day.at(slot.at),
+                now=clock.database_now())
+
+
 def strategies() -> list[Strategy]:
     """The strategies compared, in the README table's order."""
     return [Poll(1), Poll(60), Listen(300), Cron(300), Cron(900), Cron(3600), Ours(),
-            Ours(backstop=60), Ours(backstop=None)]
+            Ours(backstop=60), Ours(backstop=None), PolledSlots()]
