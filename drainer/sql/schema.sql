@@ -109,9 +109,9 @@ WHERE status = 'queued';
 -- migration: 7  results, and archiving failed jobs
 -- result: a task's return value when it keeps results (@task(keep_result=True)),
 -- written by the same guarded statement that marks the job done; the archive keeps it.
--- jobs_failed_idx: failed rows by run_at (the start of their last attempt: no column
--- records when a job failed), so archiving failed jobs after their own retention reads
--- only the old ones.
+-- jobs_failed_idx: failed rows by run_at (which the write-back, the reaper and cancel
+-- set to when the job failed), so archiving failed jobs after their own retention
+-- reads only the old ones.
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS result jsonb;
 ALTER TABLE jobs_archive ADD COLUMN IF NOT EXISTS result jsonb;
 
@@ -123,8 +123,8 @@ CREATE INDEX IF NOT EXISTS jobs_failed_idx ON jobs (run_at) WHERE status = 'fail
 -- many drainers see it, even after its job is archived and its key freed. definition
 -- is a hash of what the code declares; retired lists the definitions a newer one (or
 -- a withdrawal) replaced, so older code still running during a deploy leaves the
--- newer one alone. pending_job: the job of last_slot, cancelled if the schedule
--- changes or goes before it runs; last_job: the job of the latest slot that ran.
+-- newer one alone (a change or a withdrawal deletes the job last_slot had queued, found
+-- by its key). last_job: the job of the latest slot that ran.
 CREATE TABLE IF NOT EXISTS drainer_schedules (
   name        text        PRIMARY KEY,
   queue       text        NOT NULL,
@@ -136,7 +136,6 @@ CREATE TABLE IF NOT EXISTS drainer_schedules (
   retired     text[]      NOT NULL DEFAULT '{}',
   withdrawn   boolean     NOT NULL DEFAULT false,
   last_slot   timestamptz,
-  pending_job bigint,
   last_job    bigint,
   updated_at  timestamptz NOT NULL DEFAULT now()
 );
