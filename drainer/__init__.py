@@ -4,7 +4,8 @@ The library API: `task` registers handlers (with their retry policy: `Exponentia
 `Constant`; a handler may raise `Retry` or `Snooze`); `enqueue`/`enqueue_many` add jobs
 in the caller's transaction, on its own connection (psycopg 3 or 2, SQLAlchemy, Django;
 `enqueue_async`/`enqueue_many_async` on asyncio's); `result` reads a kept return value;
-the lifecycle functions are the classic jobs-table statements.
+`on_failure`/`on_dead` register alerting hooks (`drainer.hooks`); the lifecycle
+functions are the classic jobs-table statements.
 """
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ from .errors import (
     SchemaMissing,
     StatementCancelled,
 )
+from .hooks import on_dead, on_failure
 from .queue import (
     Job,
     archive,
@@ -48,6 +50,6 @@ __all__ = [
     "DrainerError", "Exponential", "Job", "NoResult", "Options", "Retry", "SchemaMissing",
     "Snooze", "StatementCancelled", "Summary", "Task", "__version__", "archive", "cancel",
     "claim", "complete", "drain", "enqueue", "enqueue_async", "enqueue_many",
-    "enqueue_many_async", "extend", "fail", "migrate", "next_due", "reap", "release", "requeue",
-    "result", "schedule", "task",
+    "enqueue_many_async", "extend", "fail", "migrate", "next_due", "on_dead", "on_failure",
+    "reap", "release", "requeue", "result", "schedule", "task",
 ]

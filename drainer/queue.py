@@ -20,7 +20,7 @@ import psycopg
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.types.json import JsonbLoader
 
-from . import drivers, sql
+from . import drivers, sql, tracing
 from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
 from .limits import Limits
@@ -188,14 +188,26 @@ def check_priority(priority: int) -> int:
     return priority
 
 
-def _group_meta(group: object) -> str | None:
-    """The meta of a job in `group` (None: no group), or BadInput for a bad group."""
+def _group_meta(group: object, context: Mapping[str, str] | None = None) -> str | None:
+    """The meta of a job in `group` (None: no group) and enqueued under the trace
+    `context` (`_trace_context`), as JSON text; None when it has neither. BadInput for
+    a bad group."""
     if group is None:
-        return None
+        return None if context is None else _encode(context)
     if not isinstance(group, str) or "\x00" in group or len(_utf8(group, "a group")) > MAX_KEY:
         raise BadInput(f"a group must be a string without NUL characters, at most {MAX_KEY} "
                        "bytes")
-    return _encode({"group": group})
+    return _encode({"group": group, **(context or {})})
+
+
+async def _trace_context(db: drivers.Db) -> dict[str, str] | None:
+    """The active span's trace context for the job's meta, when OpenTelemetry is in use
+    (`drainer.tracing`) and the table has meta; a table without it (not migrated) gets
+    the job without its context rather than an error."""
+    context = tracing.context_meta()
+    if context is None or not (await db.features()).meta:
+        return None
+    return context
 
 
 def check_key(key: object) -> str:
@@ -302,11 +314,12 @@ async def _enqueue_keyed(db: drivers.Db, queue: str, payload: object,
     }
     key, priority = options.get("key"), check_priority(options.get("priority", 0))
     group = options.get("group")
-    if key is None and priority == 0 and group is None:
+    context = await _trace_context(db)
+    if key is None and priority == 0 and group is None and context is None:
         return Enqueued(int(_first(await db.row("enqueue", params), "enqueue")), "inserted")
     await _require(db, priority=priority != 0, key=key is not None, meta=group is not None)
     params.update(key=None if key is None else check_key(key), priority=priority,
-                  replace=bool(options.get("replace")), meta=_group_meta(group))
+                  replace=bool(options.get("replace")), meta=_group_meta(group, context))
     for _ in range(CONFLICT_ROUNDS):
         found = await _enqueue_keyed_once(db, params)
         if found is not None:
@@ -418,10 +431,11 @@ async def _enqueue_many(db: drivers.Db, queue: str, payloads: Iterable[object],
     """`enqueue_many`'s work, the same for sync and asyncio connections."""
     check_queue(queue)
     priority = check_priority(options.get("priority", 0))
-    meta = _group_meta(options.get("group"))
+    group = options.get("group")
+    meta = _group_meta(group, await _trace_context(db))
     as_json = keys is None and not db.copies  # enqueue_keyed_batch, without keys
     await _require(db, priority=priority != 0 or as_json, key=keys is not None or as_json,
-                   meta=meta is not None)
+                   meta=group is not None)
     attempts = options.get("max_attempts")
     async with db.atomic():
         when = await db.row("db_time", {"now": options.get("now"),

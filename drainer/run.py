@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import psycopg
 
-from . import clock, queue, schedules
+from . import clock, hooks, queue, schedules, tracing
 from . import tasks as tasks_
 from .batch import Batch, Outcome
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
@@ -221,22 +221,33 @@ def drain(
     began = clock.monotonic()
     summary = Summary()
     link = Link(conn, reopen)
+    traced = tracing.DrainTrace.start(options.queues)
+    failed: BaseException | None = None
     try:
-        _drain(link, handlers, options, stop or threading.Event(), summary, on_batch, on_claim)
+        _drain(link, handlers, options, stop or threading.Event(), summary, on_batch, on_claim,
+               traced)
     except DrainerError as exc:
         summary.seconds = clock.monotonic() - began
         exc.summary = summary.as_json()
+        failed = exc
+        raise
+    except BaseException as exc:
+        failed = exc
         raise
     finally:
         link.close()
+        if traced is not None:
+            summary.seconds = clock.monotonic() - began
+            traced.end(summary.as_json(), failed)
     summary.seconds = clock.monotonic() - began
     return summary
 
 
 def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: threading.Event,
            summary: Summary, on_batch: Callable[[Summary], None] | None,
-           on_claim: Callable[[], None] | None) -> None:
-    """The drain's steps, counted into `summary` as they happen."""
+           on_claim: Callable[[], None] | None,
+           traced: tracing.DrainTrace | None = None) -> None:
+    """The drain's steps, counted into `summary` as they happen; `traced`: its spans."""
     summary.reaped, has_archive = link.send(lambda c: queue.start(c, now=clock.database_now()))
     tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
     _check_results(link.conn, [t for name, t in tasks.items() if name in options.queues])
@@ -245,6 +256,14 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
     if limited:
         link.send(lambda c: queue.record_limits(c, limited, _unlimited(handlers, plain)))
     sizer = Sizer(options.batch_size, options.concurrency)
+    own_hooks = {q: (t.on_failure, t.on_dead) for q, t in tasks.items()
+                 if t.on_failure or t.on_dead}
+    spans = traced if traced is not None and traced.recording else None
+
+    def took(job: queue.Job, seconds: float) -> None:
+        sizer.took(job.queue, seconds)
+        if spans is not None:
+            spans.took(job, seconds)
 
     def claim(size: int) -> queue.Claim:
         # A limited queue takes no more than the process's free handler slots: jobs
@@ -280,7 +299,7 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
             extend=lambda js: link.send(
                 lambda c: queue.extend(c, js, options.lease, now=clock.database_now())),
             may_start=may_start, stop=stop, confirmed=sent,
-            took=lambda job, seconds: sizer.took(job.queue, seconds),
+            took=took,
             tracebacks=options.verbose,
         ).run()
         started = len(jobs) - len(outcome.unstarted)
@@ -293,6 +312,9 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
         settled = _settle(link, outcome, claim(size) if size else None, db_now)
         _record(settled, outcome, summary, len(jobs))
         _log_failures(settled, outcome)
+        if spans is not None:
+            spans.batch(jobs, settled, outcome)
+        hooks.run(hooks.calls(settled, outcome.failed, own_hooks))
         if on_batch:
             on_batch(summary)
         jobs = settled.claimed

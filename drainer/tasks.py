@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from . import queue, schedules
+from . import hooks, queue, schedules
 from .drivers import Connectable
 from .errors import ConfigError
 from .limits import limits
@@ -30,7 +30,8 @@ class Task:
                  max_attempts: int | None = None, backoff: Backoff | None = None,
                  retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
                  keep_result: bool = False, concurrency: int | None = None,
-                 per_group: int | None = None, rate: str | None = None):
+                 per_group: int | None = None, rate: str | None = None,
+                 on_failure: hooks.Hook | None = None, on_dead: hooks.Hook | None = None):
         where = f"@task({queue!r})"
         self.fn = fn
         self.queue = check_queue(queue)
@@ -42,6 +43,9 @@ class Task:
         self.policy = Policy(backoff, _exceptions(retry_on, where))
         self.keep_result = bool(keep_result)
         self.limits = limits(queue, concurrency, per_group, rate)
+        hooks.check(on_failure, f"{where}: on_failure")
+        hooks.check(on_dead, f"{where}: on_dead")
+        self.on_failure, self.on_dead = on_failure, on_dead
         functools.update_wrapper(self, fn)
 
     def of(self, fn: Handler) -> "Task":
@@ -124,7 +128,8 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
          retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
          keep_result: bool = False, concurrency: int | None = None,
          per_group: int | None = None, rate: str | None = None, cron: str | None = None,
-         tz: str = "UTC") -> Callable[[Handler], Task]:
+         tz: str = "UTC", on_failure: hooks.Hook | None = None,
+         on_dead: hooks.Hook | None = None) -> Callable[[Handler], Task]:
     """Register the decorated function as the handler of `queue`; returns a Task.
 
     Returning completes the job (`keep_result`: the return value is stored on the job
@@ -142,6 +147,8 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     database enforces them in the claim.
     `cron` (with `tz`): the task's jobs come from a schedule of its own, named after
     the queue (`drainer.schedule` declares more than one, each with its payload).
+    `on_failure(job, error)`: called for each failed attempt once it is written back;
+    `on_dead(job, error)`: for each job failed for good (`drainer.hooks`).
 
     `timeout`: a run still going after this many seconds fails the job with a
     TimeoutError (retried like any failure) and the drain goes on. Python cannot
@@ -152,7 +159,7 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     # Built now, so that a bad option is an error where @task(...) is written.
     shape = Task(_unset, queue, timeout=timeout, max_attempts=max_attempts, backoff=backoff,
                  retry_on=retry_on, keep_result=keep_result, concurrency=concurrency,
-                 per_group=per_group, rate=rate)
+                 per_group=per_group, rate=rate, on_failure=on_failure, on_dead=on_dead)
     own = None if cron is None else Schedule(queue, queue, cron, tz, max_attempts=max_attempts)
 
     def register(fn: Handler) -> Task:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import clock, schedules, tasks
+from . import clock, hooks, schedules, tasks
 
 
 def reset() -> None:
@@ -46,13 +46,15 @@ def reset() -> None:
 
 @contextmanager
 def separate_tasks() -> Iterator[None]:
-    """Within the block, a task registry (and declared schedules) of its own: empty
-    at first, and after it, what was registered before is back and what the block
-    registered is gone."""
+    """Within the block, a task registry (and declared schedules, and global hooks) of
+    its own: empty at first, and after it, what was registered before is back and what
+    the block registered is gone."""
     previous = tasks.replace_registry({})
     declared = schedules.replace_declared({})
+    alerting = hooks.replace_registered([], [])
     try:
         yield
     finally:
         tasks.replace_registry(previous)
         schedules.replace_declared(declared)
+        hooks.replace_registered(*alerting)
