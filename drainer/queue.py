@@ -276,17 +276,22 @@ def enqueue(
                          now=now).id
 
 
-class _Options(TypedDict, total=False):
-    """`enqueue`'s keyword arguments."""
+class _ManyOptions(TypedDict, total=False):
+    """`enqueue_many`'s keyword arguments but `keys`."""
 
-    key: str | None
-    replace: bool
     priority: int
     group: str | None
     run_at: datetime | None
     delay: float | timedelta | None
     max_attempts: int | None
     now: datetime | None
+
+
+class _Options(_ManyOptions, total=False):
+    """`enqueue`'s keyword arguments."""
+
+    key: str | None
+    replace: bool
 
 
 async def enqueue_async(conn: drivers.Connectable, queue: str, payload: object,
@@ -399,17 +404,6 @@ def enqueue_many(
     return drivers.blocking(_enqueue_many(drivers.for_sync(conn), queue, payloads, keys, {
         "priority": priority, "group": group, "run_at": run_at, "delay": delay,
         "max_attempts": max_attempts, "now": now}))
-
-
-class _ManyOptions(TypedDict, total=False):
-    """`enqueue_many`'s keyword arguments but `keys`."""
-
-    priority: int
-    group: str | None
-    run_at: datetime | None
-    delay: float | timedelta | None
-    max_attempts: int | None
-    now: datetime | None
 
 
 @overload

@@ -38,18 +38,12 @@ BEGIN
 END
 $$;
 
--- The schedules table exists once `migrate` has run migration 8.
+-- The schedules table (migration 8) and the flow control tables (migration 9).
 DO $$
 BEGIN
   IF to_regclass('drainer_schedules') IS NOT NULL THEN
     GRANT SELECT, INSERT, UPDATE ON drainer_schedules TO drainer_worker;
   END IF;
-END
-$$;
-
--- The flow control tables exist once `migrate` has run migration 9.
-DO $$
-BEGIN
   IF to_regclass('drainer_starts') IS NOT NULL THEN
     GRANT SELECT, INSERT, DELETE ON drainer_starts TO drainer_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON drainer_limits TO drainer_worker;
