@@ -837,3 +837,22 @@ SELECT l.queue, l.concurrency, l.per_group, l.rate, l.per_seconds,
           AND j.run_at <= now() AND NOT (:limited_eligible))
 FROM drainer_limits l
 ORDER BY l.queue;
+
+-- name: django_result
+-- drainer.contrib.django's get_result: a Django task's job, from jobs or, once
+-- archived, from jobs_archive.
+SELECT status, queue, priority, payload::text, attempts, created_at, done_at, run_at,
+       result::text, last_error, meta::text FROM jobs WHERE id = %(id)s
+UNION ALL
+SELECT status, queue, priority, payload::text, attempts, created_at, done_at, run_at,
+       result::text, last_error, meta::text FROM jobs_archive WHERE id = %(id)s
+LIMIT 1;
+
+-- name: django_record_error
+-- drainer.contrib.django: a failure's class and traceback, appended to the running
+-- attempt's meta (Django's result shows them; last_error keeps one line); the attempt
+-- number keeps a stale worker (its job taken over) from writing to another's.
+UPDATE jobs
+SET meta = coalesce(meta, '{}'::jsonb) || jsonb_build_object(
+             %(key)s::text, coalesce(meta -> %(key)s, '[]'::jsonb) || %(error)s::jsonb)
+WHERE id = %(id)s AND attempts = %(attempts)s AND status = 'running';

@@ -1,0 +1,1 @@
+"""Integrations with frameworks, each imported only by the programs that use it."""
