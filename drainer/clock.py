@@ -112,7 +112,7 @@ class _Loop:
 
     def submit(self, awaitable: Awaitable[Any]) -> "Future[Any]":
         with self.lock:
-            if self.loop is None:
+            if self.loop is None or not self.loop.is_running():
                 self.loop = asyncio.new_event_loop()
                 threading.Thread(target=self.loop.run_forever, daemon=True,
                                  name="drainer-async").start()
@@ -125,8 +125,17 @@ class _Loop:
             loop.call_soon_threadsafe(loop.stop)
 
 
+class HandlerExit(Exception):  # noqa: N818 - what a handler's exit became
+    """`SystemExit` or `KeyboardInterrupt` raised by an async handler, as an ordinary
+    exception: asyncio lets those two out of the loop, which would end the loop's
+    thread and leave every job waiting on it waiting forever."""
+
+
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise HandlerExit(f"{type(exc).__name__}: {exc}") from exc
 
 
 _LOOP = _Loop()

@@ -573,6 +573,10 @@ def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
         _require_sync(conn, limits=True)
         rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
         rated = [lim.queue for lim in spec.limited if lim.rate is not None]
+        with conn.pipeline() as pipeline:
+            # Whatever went before (a batch's write-back) commits on its own: the
+            # limited claim's transaction must not take it in, nor make it wait.
+            pipeline.sync()
         with sql.pipeline(conn), sql.transaction(conn):  # one round trip
             sql.run(conn, "limits_lock", {"limits": rows, "now": now})
             cursors.append(_claim(conn, limited_sql(now is not None),

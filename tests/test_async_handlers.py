@@ -120,3 +120,23 @@ def test_a_drain_process_with_async_tasks_and_sigterm_mid_batch(conn, db_url, tm
     # The started job finished; those not started were given back, attempt included.
     assert summary["done"] >= 1
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (0,)
+
+
+def test_an_async_handler_that_exits_fails_its_job_and_the_loop_goes_on(conn):
+    """asyncio lets SystemExit out of its loop: it must fail the job, not end the loop
+    and leave the drain waiting on it forever."""
+
+    async def leaves(job):
+        await asyncio.sleep(0)
+        raise SystemExit(3)
+
+    async def fine(job):
+        await asyncio.sleep(0)
+
+    failed = drainer.enqueue(conn, "e", {}, max_attempts=1)
+    summary = drain(conn, {"e": leaves}, Options(["e"]))
+    assert summary.failed == 1
+    assert conn.execute("SELECT last_error FROM jobs WHERE id = %s", (failed,)).fetchone()[
+        0].startswith("HandlerExit: SystemExit: 3")
+    drainer.enqueue(conn, "f", {})
+    assert drain(conn, {"f": fine}, Options(["f"])).done == 1  # the loop still serves

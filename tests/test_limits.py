@@ -217,3 +217,25 @@ def test_a_throttled_drain_arms_a_wake_up_for_its_next_token(runs, db_url):
                              now=now, depth=0, max_depth=3, remaining=timedelta(minutes=10))
     assert decided.action in ("wait", "wake") and decided.at is not None
     assert decided.at >= due  # not before the token
+
+
+def test_a_group_backlog_costs_the_claim_only_its_heads(conn):
+    """50,000 queued jobs in 5 groups: each candidate's check reads at most per_group
+    earlier jobs of its group through jobs_group_idx, not its whole backlog (one count
+    of running or earlier jobs was planned as a BitmapOr over the group)."""
+    for group in range(5):
+        drainer.enqueue_many(conn, "fifo", [{}] * 10_000, group=f"g{group}")
+    conn.execute("ANALYZE jobs")
+    grouped = Limits("fifo", per_group=1)
+    first = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
+    assert len(first) == 5  # one head per group
+    [(plan,)] = conn.execute("EXPLAIN (FORMAT JSON) " + queue.limited_sql(True), {
+        "limits": json.dumps([grouped.row(10)]), "rated": [], "lease": timedelta(minutes=5),
+        "now": None}).fetchall()
+
+    def nodes(node: dict) -> list[dict]:
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    found = nodes(plan[0]["Plan"])
+    assert not [n for n in found if n["Node Type"] == "BitmapOr"]
+    assert any(n.get("Index Name") == "jobs_group_idx" for n in found)

@@ -144,13 +144,20 @@ ORDER BY l.queue;
 -- (An expression.) Whether queued job j of limited queue l may start as far as its
 -- group goes: fewer than per_group jobs of its group are running or were enqueued
 -- before it and still wait, so a group's jobs start in enqueue order (id), and one
--- waiting for its retry holds back those after it. Jobs without a group are free.
+-- waiting for its retry holds back those after it. Jobs without a group are free. Two
+-- counts, each bounded: the group's running jobs (few), and its queued jobs before j
+-- read in id order from jobs_group_idx, at most per_group of them (one count of both
+-- together read the group's whole backlog for every job it looked at).
 l.per_group IS NULL OR NOT j.meta ? 'group' OR (
-  SELECT count(*) FROM (
-    SELECT FROM jobs g
-    WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
-      AND g.status IN ('queued', 'running') AND (g.status = 'running' OR g.id < j.id)
-    LIMIT l.per_group) AS ahead) < l.per_group;
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group;
 
 -- name: claim_limited
 -- `claim`'s rows for queues with limits (%(limits)s: one object per queue, with how
