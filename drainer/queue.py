@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypedDict, Unpack, overload
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
 
 from . import drivers, sql, tracing
@@ -577,7 +578,10 @@ def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
             # Whatever went before (a batch's write-back) commits on its own: the
             # limited claim's transaction must not take it in, nor make it wait.
             pipeline.sync()
+        outermost = conn.info.transaction_status == TransactionStatus.IDLE
         with sql.pipeline(conn), sql.transaction(conn):  # one round trip
+            if outermost:  # not a test's savepoint (drainer.testing's in_transaction)
+                sql.run(conn, "read_committed")
             sql.run(conn, "limits_lock", {"limits": rows, "now": now})
             cursors.append(_claim(conn, limited_sql(now is not None),
                                   {"limits": rows, "rated": rated}, spec.lease, now))
@@ -601,10 +605,16 @@ def _claim(conn: psycopg.Connection, text: str, params: dict[str, object],
 @lru_cache(maxsize=4)
 def limited_sql(given_now: bool = False) -> str:
     """The claim of queues with limits (a migrated table: priorities and meta), which
-    records the starts its rate limits count."""
+    records the starts its rate limits count.
+
+    Without `given_now`, its time is statement_timestamp(), read when the claim
+    starts, after limits_lock granted the locks: now() is when the transaction began,
+    before a wait for the locks, so the starts it records would be dated early and
+    leave the rate's window early, letting a later claim take their tokens again."""
     text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
                        claim_no_starts="claim_starts")
-    return text if given_now else text.replace("coalesce(%(now)s, now())", "now()")
+    return text if given_now else text.replace("coalesce(%(now)s, now())",
+                                               "statement_timestamp()")
 
 
 def claim_kind(conn: psycopg.Connection) -> tuple[bool, bool]:

@@ -6,6 +6,9 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
@@ -16,6 +19,8 @@ from drainer import queue
 from drainer.limits import Limits, limits
 from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
+
+POOL = ThreadPoolExecutor(max_workers=1)
 
 
 def drainers(db_url: str, count: int, *extra: str) -> list[subprocess.Popen]:
@@ -173,7 +178,6 @@ def test_queues_without_limits_keep_the_plain_claim(conn):
     assert sorted(j.queue for j in jobs) == ["capped", "plain"]
     assert queue.claim(conn, [], 10, timedelta(minutes=5),
                        limited=[Limits("capped", concurrency=1)], take=5) == []
-    assert json.loads(json.dumps(Limits("capped", concurrency=1).row(5)))["take"] == 5
 
 
 def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
@@ -219,23 +223,107 @@ def test_a_throttled_drain_arms_a_wake_up_for_its_next_token(runs, db_url):
     assert decided.at >= due  # not before the token
 
 
-def test_a_group_backlog_costs_the_claim_only_its_heads(conn):
-    """50,000 queued jobs in 5 groups: each candidate's check reads at most per_group
-    earlier jobs of its group through jobs_group_idx, not its whole backlog (one count
-    of running or earlier jobs was planned as a BitmapOr over the group)."""
+def read_from_jobs(plan: dict) -> int:
+    """Rows the plan's nodes on `jobs` read: returned, or read and filtered out."""
+    node = plan.get("Plan", plan)
+    own = 0
+    if node.get("Relation Name") == "jobs":
+        own = node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
+    return own + sum(read_from_jobs(child) for child in node.get("Plans", []))
+
+
+def test_a_held_back_group_backlog_costs_the_claim_only_its_heads(conn):
+    """50,000 queued jobs in 5 groups, their heads running: a claim reads a bounded
+    number of rows, not the backlog (reading every ready job took seconds a claim at
+    200,000; checking each with one count of running or earlier jobs was a BitmapOr
+    over its group)."""
     for group in range(5):
         drainer.enqueue_many(conn, "fifo", [{}] * 10_000, group=f"g{group}")
     conn.execute("ANALYZE jobs")
     grouped = Limits("fifo", per_group=1)
     first = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
     assert len(first) == 5  # one head per group
-    [(plan,)] = conn.execute("EXPLAIN (FORMAT JSON) " + queue.limited_sql(True), {
-        "limits": json.dumps([grouped.row(10)]), "rated": [], "lease": timedelta(minutes=5),
-        "now": None}).fetchall()
+    with conn.transaction(force_rollback=True):
+        [(plan,)] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queue.limited_sql(True), {
+            "limits": json.dumps([grouped.row(10)]), "rated": [],
+            "lease": timedelta(minutes=5), "now": None}).fetchall()
+    assert 0 < read_from_jobs(plan[0]) < 5_000
+    assert queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10) == []
 
-    def nodes(node: dict) -> list[dict]:
-        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
 
-    found = nodes(plan[0]["Plan"])
-    assert not [n for n in found if n["Node Type"] == "BitmapOr"]
-    assert any(n.get("Index Name") == "jobs_group_idx" for n in found)
+def test_a_group_behind_a_long_held_back_backlog_still_starts(conn):
+    drainer.enqueue_many(conn, "fifo", [{}] * 600, group="busy")
+    [(head,)] = conn.execute("SELECT min(id) FROM jobs").fetchall()
+    late = drainer.enqueue(conn, "fifo", {}, group="late")
+    grouped = Limits("fifo", per_group=1)
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
+    # late is not among the first 500 ready jobs, but heads its group.
+    assert sorted(j.id for j in jobs) == [head, late]
+    assert queue.due(conn, [], limited=[grouped]).run_at is None  # nothing else may start
+
+
+def test_groups_compare_as_text_and_a_null_group_is_none(conn):
+    """Another producer's group written as a number, or as null."""
+    conn.execute("""INSERT INTO jobs (queue, payload, meta) VALUES
+        ('fifo', '{}', '{"group": "7"}'), ('fifo', '{}', '{"group": 7}'),
+        ('fifo', '{}', '{"group": null}'), ('fifo', '{}', '{"group": null}')""")
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[Limits("fifo", per_group=1)],
+                       take=10)
+    ids = [i for (i,) in conn.execute("SELECT id FROM jobs ORDER BY id")]
+    assert sorted(j.id for j in jobs) == [ids[0], ids[2], ids[3]]
+
+
+@contextmanager
+def limit_held(db_url: str, queue_name: str) -> Iterator[psycopg.Connection]:
+    """A transaction holding queue_name's limits lock, as a drainer's claim does."""
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('drainer.limit'), hashtext(%s))",
+                       (queue_name,))
+        yield holder
+
+
+def claim_waiting_for_the_lock(conn, claimer: psycopg.Connection,
+                               limited: Limits) -> "Future[list[queue.Job]]":
+    """A claim by `claimer` on another thread, once it waits for the limits lock."""
+    pid = claimer.info.backend_pid
+    claiming = POOL.submit(queue.claim, claimer, [], 10, timedelta(minutes=5),
+                           limited=[limited], take=10)
+    wait_until(lambda: conn.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                                    (pid,)).fetchone() == ("advisory",))
+    return claiming
+
+
+def test_a_claim_that_waited_for_the_lock_dates_its_starts_after_the_wait(conn, db_url):
+    """A rate's window must hold the starts' real times: dated when the claim's
+    transaction began, before it waited, they would leave the window early and
+    their tokens be taken again."""
+    drainer.enqueue_many(conn, "rated", [{}] * 3)
+    with (limit_held(db_url, "rated") as holder,
+          psycopg.connect(db_url, autocommit=True) as claimer):
+        claiming = claim_waiting_for_the_lock(conn, claimer,
+                                              Limits("rated", rate=10, per_seconds=60.0))
+        [(released,)] = holder.execute("SELECT clock_timestamp()").fetchall()
+        holder.commit()
+        assert len(claiming.result(timeout=30)) == 3
+    starts = [at for (at,) in conn.execute("SELECT at FROM drainer_starts")]
+    assert len(starts) == 3 and min(starts) >= released
+    [(leased,)] = conn.execute("SELECT min(locked_until) FROM jobs").fetchall()
+    assert leased >= released + timedelta(minutes=5)
+
+
+def test_a_claim_sees_what_committed_while_it_waited_even_under_repeatable_read(conn, db_url):
+    """A database or role whose default isolation is repeatable read would give the
+    claim the snapshot of its transaction's first statement, the wait for the lock:
+    it would not see the jobs another drainer started meanwhile."""
+    drainer.enqueue_many(conn, "capped", [{}] * 6)
+    with (limit_held(db_url, "capped") as holder,
+          psycopg.connect(db_url, autocommit=True) as claimer):
+        claimer.execute("SET default_transaction_isolation = 'repeatable read'")
+        claiming = claim_waiting_for_the_lock(conn, claimer,
+                                              Limits("capped", concurrency=3))
+        holder.execute("""UPDATE jobs SET status = 'running', attempts = 1,
+                          locked_until = now() + interval '5 minutes'
+                          WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 3)""")
+        holder.commit()
+        assert claiming.result(timeout=30) == []
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (3,)

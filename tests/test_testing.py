@@ -131,3 +131,24 @@ def test_assert_enqueued_matches_what_is_given_and_says_what_is_queued_when_it_f
     with pytest.raises(AssertionError, match=r"nothing is queued in 'emails'; queued elsewhere: "
                                              r"'email' \(2\), 'report' \(1\)"):
         testing.assert_enqueued(drainer_conn, "emails")
+
+
+def test_drain_now_in_transaction_claims_a_limited_queue_within_its_limits(
+        drainer_conn, db_url, declared):
+    """A limited claim inside the test's transaction is a savepoint: it takes the
+    limits' locks there and cannot set its own isolation level (read committed
+    elsewhere), which would fail in a repeatable read transaction."""
+    ran = []
+
+    @drainer.task("capped", concurrency=1, per_group=1)
+    def capped(job):
+        ran.append(job.id)
+
+    with psycopg.connect(db_url) as app:
+        app.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        for group in ("a", "a", "b"):
+            drainer.enqueue(app, "capped", {}, group=group)
+        summary = testing.drain_now(app, in_transaction=True)
+        assert (summary.claimed, summary.done) == (3, 3)
+        assert ran == sorted(ran)  # one at a time, in enqueue order
+        app.rollback()
