@@ -100,3 +100,15 @@ def test_what_the_backend_refuses(project, db_url):
     assert refused["nul"].startswith("InvalidTask:") and "NUL" in refused["nul"]
     assert refused["missing"] == "TaskResultDoesNotExist"
     assert project.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+def test_a_test_wrapped_in_a_transaction_drains_its_tasks_inside_it(project, db_url):
+    """As in Django's TestCase: the tasks, and the rows the handlers read, are never
+    committed; the handlers run in that transaction, which stays usable."""
+    found = app(db_url, "in_test")
+    assert (found["done"], found["failed"]) == (2, 0)
+    assert found["add"] == ["SUCCESSFUL", 5]
+    assert found["rows"] == ["in test"]  # the handler saw the uncommitted row
+    assert found["open"] is True
+    assert project.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    assert project.execute("SELECT count(*) FROM orders").fetchone()[0] == 0

@@ -218,9 +218,13 @@ def _setup() -> None:
 
 
 def _close_old_connections() -> None:
-    from django.db import close_old_connections
+    """Django's per-request clean-up around a task, but for a thread inside atomic():
+    drainer.testing.drain_now(in_transaction=True) runs tasks in the test's own
+    transaction (Django's TestCase), which closing the connection would break."""
+    from django.db import close_old_connections, connections
 
-    close_old_connections()
+    if not any(c.in_atomic_block for c in connections.all(initialized_only=True)):
+        close_old_connections()
 
 
 def _traceback(exc: BaseException) -> str:

@@ -3,7 +3,8 @@ made once per process): `python -m tests.djangoproject.app COMMAND`, JSON on std
 
 enqueue: the app's rows and tasks, in atomic() blocks committed and rolled back,
 prints each task's result id; results IDS...: each result's state; invalid: the
-InvalidTask errors of what the backend refuses.
+InvalidTask errors of what the backend refuses; in_test: what a test wrapped in a
+transaction (as Django's TestCase does) sees of drainer.testing.drain_now.
 """
 
 import json
@@ -80,6 +81,26 @@ def results(ids: list[str]) -> dict[str, object]:
     return out
 
 
+def in_test() -> dict[str, object]:
+    """Tasks enqueued and drained inside one atomic() block, then rolled back."""
+    import drainer.contrib.django  # noqa: F401 - registers the tasks' queues
+    from drainer import testing
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO orders (note) VALUES ('in test')")
+        add = tasks.add.enqueue(2, 3)
+        seen = tasks.database_rows.enqueue()
+        summary = testing.drain_now(connection, in_transaction=True)
+        added = default_task_backend.get_result(add.id)
+        found = {"done": summary.done, "failed": summary.failed,
+                 "add": [added.status, added.return_value],
+                 "rows": default_task_backend.get_result(seen.id).return_value,
+                 "open": connection.in_atomic_block and not connection.needs_rollback}
+        transaction.set_rollback(True)
+    return found
+
+
 def invalid() -> dict[str, str]:
     refused: dict[str, str] = {}
 
@@ -106,5 +127,6 @@ def invalid() -> dict[str, str]:
 
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
-    found = {"enqueue": enqueue, "invalid": invalid}[command]() if not rest else results(rest)
+    commands = {"enqueue": enqueue, "invalid": invalid, "in_test": in_test}
+    found = commands[command]() if not rest else results(rest)
     print(json.dumps(found, default=str))

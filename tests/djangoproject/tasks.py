@@ -46,3 +46,11 @@ def attempt(context, tag: str) -> list:  # type: ignore[no-untyped-def]
 
 def not_a_task() -> None:
     pass
+
+
+@task
+def database_rows() -> list[str]:
+    """What the handler's connection sees of the app's rows."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT note FROM orders ORDER BY note")
+        return [note for (note,) in cursor.fetchall()]
