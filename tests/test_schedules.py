@@ -6,7 +6,7 @@ time (`drainer.clock.database_now`, the seam every statement's `now` comes from)
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -19,10 +19,6 @@ from drainer.schedules import Schedule
 from tests.helpers import at, clean_env, run_cli, summary_of
 
 PARIS, NEW_YORK = ZoneInfo("Europe/Paris"), ZoneInfo("America/New_York")
-
-
-
-
 
 
 def slot_jobs(conn: psycopg.Connection, name: str | None = None) -> list[tuple]:
@@ -260,4 +256,21 @@ def test_the_next_slot_is_next_due(conn, declared):
     with at(datetime(2026, 9, 1, 10, 5, 1, tzinfo=UTC)):
         summary = drain(conn, {"five": lambda job: None}, Options(["five"]))
     assert (summary.done, summary.next_due) == (1, datetime(2026, 9, 1, 10, 10, tzinfo=UTC))
-    assert timedelta(0) < summary.next_due - datetime(2026, 9, 1, 10, 5, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("odd", "slots"), [
+    ("infinity", []),  # a last slot still to come: nothing more until redefined
+    ("-infinity", ["2026-06-01T12:00:00+00:00", "2026-06-01T13:00:00+00:00"]),  # long past
+])
+def test_a_last_slot_set_to_an_infinity_by_hand_breaks_no_drain(conn, declared, odd, slots):
+    hourly = Schedule("h", "h", "@hourly")
+    with at(datetime(2026, 6, 1, 12, 30, tzinfo=UTC)):
+        schedules.reconcile(conn, [hourly], ["h"], now=clock.database_now())
+        conn.execute("DELETE FROM jobs")
+        conn.execute("UPDATE drainer_schedules SET last_slot = %s::timestamptz", (odd,))
+        schedules.declare(hourly)
+        summary = drain(conn, {"h": lambda job: None}, Options(["h"]))
+        [shown] = schedules.listed(conn)
+    assert summary.stopped == "empty" and summary.done == len(slots[:1])
+    assert [r[1] for r in slot_jobs(conn)] == slots
+    assert shown["name"] == "h"

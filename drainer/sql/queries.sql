@@ -795,11 +795,18 @@ ORDER BY queue;
 -- name: schedules_read
 -- The database clock's now, and the stored schedules of these queues (of all when
 -- %(queues)s is NULL); one row with NULLs after now when there are none.
-SELECT t.now, s.name, s.queue, s.definition, s.retired, s.withdrawn, s.last_slot
+SELECT t.now, s.name, s.queue, s.definition, s.retired, s.withdrawn, (:schedule_last_slot)
 FROM (SELECT coalesce(%(now)s, now()) AS now) AS t
 LEFT JOIN drainer_schedules s
   ON %(queues)s::text[] IS NULL OR s.queue = ANY(%(queues)s::text[])
 ORDER BY s.name;
+
+-- name: schedule_last_slot
+-- (An expression.) Schedule s's last slot as Python can read it: an infinity (or a
+-- year Python's datetime cannot hold in every zone) written by hand would otherwise
+-- fail every drain's reconcile. 'infinity' then reads as a last slot still to come
+-- (no slot is enqueued until the definition changes), '-infinity' as one long past.
+least(greatest(s.last_slot, '0001-01-02 00:00+00'), '9999-12-30 00:00+00');
 
 -- name: schedule_define
 -- Store a schedule's definition, new or changed, starting from %(since)s (its next
@@ -875,7 +882,8 @@ WHERE name = %(name)s AND (last_job IS NULL OR last_job < %(job)s);
 -- name: schedules_list
 -- `drainer schedules`: every stored schedule (withdrawn ones last), with its latest
 -- run's job (in jobs, or the archive), that job's status and last error, and now().
-SELECT now(), s.name, s.queue, s.cron, s.tz, s.catch_up, s.withdrawn, s.last_slot, s.last_job,
+SELECT now(), s.name, s.queue, s.cron, s.tz, s.catch_up, s.withdrawn, (:schedule_last_slot),
+       s.last_job,
        coalesce(j.status, a.status), coalesce(j.last_error, a.last_error)
 FROM drainer_schedules s
 LEFT JOIN jobs j ON j.id = s.last_job
