@@ -144,9 +144,10 @@ class Schedule:
             slots.append(slot)
         return slots[::-1]
 
-    def key(self, slot: datetime) -> str:
-        """The unique key of the slot's job."""
-        return f"schedule:{self.name}@{slot.astimezone(UTC).isoformat()}"
+
+def slot_key(name: str, slot: datetime) -> str:
+    """The unique key of schedule `name`'s job of `slot`."""
+    return f"schedule:{name}@{slot.astimezone(UTC).isoformat()}"
 
 
 def _utf8_size(text: str) -> int:
@@ -217,7 +218,7 @@ def enqueue(conn: psycopg.Connection, declared_: Schedule, slots: Sequence[datet
     params = {"name": declared_.name, "definition": declared_.definition,
               "queue": declared_.queue, "payload": encode_payload(declared_.body),
               "max_attempts": declared_.max_attempts or DEFAULT_MAX_ATTEMPTS,
-              "slots": json.dumps([[s.isoformat(), declared_.key(s)] for s in slots])}
+              "slots": json.dumps([[s.isoformat(), slot_key(declared_.name, s)] for s in slots])}
     return sql.run(conn, "schedule_enqueue", params)
 
 
@@ -277,7 +278,7 @@ def _prior(found: Stored | None) -> dict[str, object]:
         return {"was": None, "was_withdrawn": False, "pending_key": None, "pending_queue": None}
     pending = None
     if found.last_slot is not None:
-        pending = f"schedule:{found.name}@{found.last_slot.astimezone(UTC).isoformat()}"
+        pending = slot_key(found.name, found.last_slot)
     return {"was": found.definition, "was_withdrawn": found.withdrawn,
             "pending_key": pending, "pending_queue": found.queue}
 

@@ -52,7 +52,7 @@ from psycopg.pq import TransactionStatus
 
 from . import clock, drivers, hooks, queue, run, schedules, sql, tasks
 from .batch import Batch
-from .errors import ConfigError, DrainerError, translated
+from .errors import ConfigError, DrainerError
 from .run import Options, Summary
 from .schema import migrate
 from .tasks import Handler, as_task
@@ -329,21 +329,10 @@ class Queued:
         return "  ".join(parts)
 
 
-# Every column but the payload as one JSON object: a table made by hand may lack the
-# key, priority and meta columns.
-_QUEUED = """
-SELECT j.id, j.queue, j.payload, j.run_at, j.attempts, j.max_attempts, to_jsonb(j) - 'payload'
-FROM jobs j
-WHERE j.status = 'queued' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-ORDER BY j.queue, j.id
-"""
-
-
 def enqueued(conn: object, queue: str | None = None) -> list[Queued]:
     """The jobs queued in `queue` (None: in every queue), oldest first, as this
     connection sees them (its own transaction's included)."""
-    with translated():
-        rows = _psycopg(conn).execute(_QUEUED, {"queue": queue}).fetchall()
+    rows = sql.rows(_psycopg(conn), "testing_queued", {"queue": queue})
     found = []
     for job_id, name, payload, run_at, attempts, max_attempts, rest in rows:
         meta = rest.get("meta")

@@ -941,3 +941,12 @@ UPDATE jobs
 SET meta = coalesce(meta, '{}'::jsonb) || jsonb_build_object(
              %(key)s::text, coalesce(meta -> %(key)s, '[]'::jsonb) || %(error)s::jsonb)
 WHERE id = %(id)s AND attempts = %(attempts)s AND status = 'running';
+
+-- name: testing_queued
+-- drainer.testing.enqueued(): the queued jobs (of one queue, or all), with every
+-- column but the payload as one JSON object: a table made by hand may lack the key,
+-- priority and meta columns.
+SELECT j.id, j.queue, j.payload, j.run_at, j.attempts, j.max_attempts, to_jsonb(j) - 'payload'
+FROM jobs j
+WHERE j.status = 'queued' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+ORDER BY j.queue, j.id;
