@@ -165,6 +165,15 @@ l.per_group IS NULL OR NOT j.meta ? 'group' OR (
        ORDER BY g.id
        LIMIT l.per_group) AS ahead)) < l.per_group;
 
+-- name: limit_running
+-- (A subquery.) Limited queue l's running jobs, a crashed worker's until reaped.
+SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running';
+
+-- name: limit_window_starts
+-- (A subquery.) Rate-limited queue l's starts in its window, which ends at t.now.
+SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds);
+
 -- name: limited_ready
 -- (A subquery.) The first 500 ready jobs of per-group queue l in claim order: where
 -- its claim looks first for jobs their group lets start, cheaply, before group_heads.
@@ -213,12 +222,8 @@ FROM jsonb_to_recordset(%(limits)s::jsonb)
      AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8, take int)
 CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
 CROSS JOIN LATERAL (
-  SELECT greatest(0, least(l.take,
-    l.concurrency - (SELECT count(*) FROM jobs r
-                     WHERE r.queue = l.queue AND r.status = 'running'),
-    l.rate - (SELECT count(*) FROM drainer_starts s
-              WHERE s.queue = l.queue
-                AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+  SELECT greatest(0, least(l.take, l.concurrency - (:limit_running),
+                           l.rate - (:limit_window_starts))) AS room
 ) AS n
 CROSS JOIN LATERAL (
   SELECT * FROM (
@@ -264,8 +269,7 @@ WITH t(now) AS (SELECT coalesce(%(now)s, now())), l AS (
     (SELECT st.at + make_interval(secs => l.per_seconds) FROM drainer_starts st
      WHERE st.queue = l.queue AND st.at > t.now - make_interval(secs => l.per_seconds)
      ORDER BY st.at DESC OFFSET greatest(l.rate - 1, 0) LIMIT 1) AS token,
-    coalesce((SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-             >= l.concurrency, false) AS full,
+    coalesce((:limit_running) >= l.concurrency, false) AS full,
     (SELECT min(run_at) FROM jobs WHERE queue = l.queue AND status = 'queued'
        AND run_at > t.now AND run_at < '9999-01-01') AS later,
     (SELECT min(locked_until) FROM jobs WHERE queue = l.queue AND status = 'running'
@@ -913,14 +917,12 @@ WHERE (d.concurrency, d.per_group, d.rate, d.per_seconds) IS DISTINCT FROM
 -- its running jobs, its starts in the rate's window, its ready jobs, and those of them
 -- their group holds back.
 SELECT l.queue, l.concurrency, l.per_group, l.rate, l.per_seconds,
-       (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running'),
-       (SELECT count(*) FROM drainer_starts s WHERE s.queue = l.queue
-          AND s.at > now() - make_interval(secs => l.per_seconds)),
+       (:limit_running), (:limit_window_starts),
        (SELECT count(*) FROM jobs j WHERE j.queue = l.queue AND j.status = 'queued'
           AND j.run_at <= now()),
        (SELECT count(*) FROM jobs j WHERE j.queue = l.queue AND j.status = 'queued'
           AND j.run_at <= now() AND NOT (:limited_eligible))
-FROM drainer_limits l
+FROM drainer_limits l, (SELECT now() AS now) AS t
 ORDER BY l.queue;
 
 -- name: django_result
