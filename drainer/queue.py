@@ -428,9 +428,11 @@ async def _enqueue_many(db: drivers.Db, queue: str, payloads: Iterable[object],
     priority = check_priority(options.get("priority", 0))
     group = options.get("group")
     meta = _group_meta(group, await _trace_context(db))
-    as_json = keys is None and not db.copies  # enqueue_keyed_batch, without keys
-    await _require(db, priority=priority != 0 or as_json, key=keys is not None or as_json,
-                   meta=group is not None)
+    as_json = keys is None and not db.copies  # _insert_jobs
+    # Without keys, enqueue_keyed_batch only for a priority or meta: insert_jobs fits
+    # a table made by hand.
+    keyed = keys is not None or (as_json and (priority != 0 or meta is not None))
+    await _require(db, priority=priority != 0 or keyed, key=keyed, meta=group is not None)
     attempts = options.get("max_attempts")
     async with db.atomic():
         when = await db.row("db_time", {"now": options.get("now"),
@@ -470,9 +472,13 @@ async def _copy_jobs(db: drivers.Db, payloads: Iterable[object],
 
 async def _insert_jobs(db: drivers.Db, payloads: Iterable[object],
                        params: dict[str, Any]) -> int:
-    """The keyless path without COPY: every payload in one JSON document of [payload,
-    null] pairs (each encoded once, as for COPY), inserted by the keyed batch's one
-    statement with no key."""
+    """The keyless path without COPY: every payload in one JSON document (each encoded
+    once, as for COPY). With a priority or meta, as [payload, null] pairs, by the keyed
+    batch's statement with no key; else by insert_jobs, which needs only the columns
+    of a table made by hand."""
+    if not params["priority"] and not params["meta"]:
+        doc = "[" + ",".join(_encoded(payloads)) + "]"
+        return _first(await db.row("insert_jobs", {**params, "rows": doc}), "insert_jobs")
     doc = "[" + ",".join([f"[{text},null]" for text in _encoded(payloads)]) + "]"
     return len(_first(await db.row("enqueue_keyed_batch", {**params, "rows": doc}),
                       "enqueue_keyed_batch"))

@@ -92,6 +92,19 @@ def test_psycopg2_in_autocommit_commits_at_once_and_bulk_is_all_or_nothing(conn,
     assert count(conn) == 4
 
 
+def test_psycopg2_bulk_enqueue_on_a_table_made_by_hand(empty_db_url):
+    """No COPY through psycopg 2: the bulk insert needs only the hand-made columns,
+    unless a priority or group asks for more."""
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(HAND_MADE_TABLE, prepare=False)
+        with psycopg2.connect(empty_db_url) as pg2:
+            assert drainer.enqueue_many(pg2, "mail", [{"n": 1}, {"n": 2}], max_attempts=3) == 2
+            with pytest.raises(drainer.ConfigError, match="run `drainer migrate`"):
+                drainer.enqueue_many(pg2, "mail", [{}], priority=1)
+        rows = conn.execute("SELECT payload, max_attempts FROM jobs ORDER BY id").fetchall()
+        assert rows == [({"n": 1}, 3), ({"n": 2}, 3)]
+
+
 def test_keys_replace_and_priorities_through_psycopg2(conn, pg2):
     """The keyed paths through a driver without pipeline or COPY: the replace's
     savepoint, the batch's undo of a held key (its unique violation translated), the

@@ -594,6 +594,19 @@ COPY jobs (queue, payload, run_at, max_attempts, priority) FROM STDIN;
 -- name: copy_jobs_meta
 COPY jobs (queue, payload, run_at, max_attempts, priority, meta) FROM STDIN;
 
+-- name: insert_jobs
+-- enqueue_many without keys, priority or meta through a driver without COPY (psycopg
+-- 2): the payloads of one JSON array, inserted in their order, into the columns a
+-- table made by hand has; the count.
+WITH new AS (
+  INSERT INTO jobs (queue, payload, run_at, max_attempts)
+  SELECT %(queue)s, t.payload, %(run_at)s, %(max_attempts)s
+  FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS t(payload, n)
+  ORDER BY t.n
+  RETURNING 1
+)
+SELECT count(*) FROM new;
+
 -- name: enqueue_keyed_batch
 -- enqueue_many with keys: the rows of one JSON array of [payload, key] pairs (its keys
 -- distinct), inserted in their order; returns their ids, ascending, which is their
