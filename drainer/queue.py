@@ -478,7 +478,7 @@ async def _insert_jobs(db: drivers.Db, payloads: Iterable[object],
     of a table made by hand."""
     if not params["priority"] and not params["meta"]:
         doc = "[" + ",".join(_encoded(payloads)) + "]"
-        return _first(await db.row("insert_jobs", {**params, "rows": doc}), "insert_jobs")
+        return int(_first(await db.row("insert_jobs", {**params, "rows": doc}), "insert_jobs"))
     doc = "[" + ",".join([f"[{text},null]" for text in _encoded(payloads)]) + "]"
     return len(_first(await db.row("enqueue_keyed_batch", {**params, "rows": doc}),
                       "enqueue_keyed_batch"))
