@@ -248,83 +248,114 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
            on_claim: Callable[[], None] | None,
            traced: tracing.DrainTrace | None = None) -> None:
     """The drain's steps, counted into `summary` as they happen; `traced`: its spans."""
-    summary.reaped, has_archive = link.send(lambda c: queue.start(c, now=clock.database_now()))
-    tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
-    _check_results(link.conn, [t for name, t in tasks.items() if name in options.queues])
-    db_now = link.send(lambda c: _reconcile(c, handlers, options.queues))
-    plain, limited = _split(tasks, options.queues)
-    if limited:
-        link.send(lambda c: queue.record_limits(c, limited, _unlimited(handlers, plain)))
-    sizer = Sizer(options.batch_size, options.concurrency)
-    own_hooks = {q: (t.on_failure, t.on_dead) for q, t in tasks.items()
-                 if t.on_failure or t.on_dead}
-    spans = traced if traced is not None and traced.recording else None
+    steps = _Steps(link, handlers, options, stop, summary, traced)
+    steps.batches(on_batch, on_claim)
+    steps.end()
 
-    def took(job: queue.Job, seconds: float) -> None:
-        sizer.took(job.queue, seconds)
-        if spans is not None:
-            spans.took(job, seconds)
 
-    def claim(size: int) -> queue.Claim:
+class _Steps:
+    """One drain's phases and what they share: the start (reap, schedules, limits) when
+    made, then the batches, each written back with the next claim, then the end
+    (archive, next_due)."""
+
+    def __init__(self, link: Link, handlers: Mapping[str, Handler], options: Options,
+                 stop: threading.Event, summary: Summary,
+                 traced: tracing.DrainTrace | None) -> None:
+        self.link, self.options, self.stop, self.summary = link, options, stop, summary
+        summary.reaped, self.has_archive = link.send(
+            lambda c: queue.start(c, now=clock.database_now()))
+        self.tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
+        _check_results(link.conn, [t for name, t in self.tasks.items()
+                                   if name in options.queues])
+        self.db_now = link.send(lambda c: _reconcile(c, handlers, options.queues))
+        self.plain, self.limited = _split(self.tasks, options.queues)
+        if self.limited:
+            link.send(lambda c: queue.record_limits(c, self.limited,
+                                                    _unlimited(handlers, self.plain)))
+        self.sizer = Sizer(options.batch_size, options.concurrency)
+        self.own_hooks = {q: (t.on_failure, t.on_dead) for q, t in self.tasks.items()
+                          if t.on_failure or t.on_dead}
+        self.spans = traced if traced is not None and traced.recording else None
+
+    def took(self, job: queue.Job, seconds: float) -> None:
+        self.sizer.took(job.queue, seconds)
+        if self.spans is not None:
+            self.spans.took(job, seconds)
+
+    def claim(self, size: int) -> queue.Claim:
         # A limited queue takes no more than the process's free handler slots: jobs
         # waiting in a batch would hold a place its running ones could use.
-        return queue.Claim(plain, size, options.lease, limited,
-                           take=min(size, options.concurrency))
+        return queue.Claim(self.plain, size, self.options.lease, self.limited,
+                           take=min(size, self.options.concurrency))
 
-    def remaining() -> float | None:
-        return None if options.deadline is None else options.deadline - clock.monotonic()
+    def remaining(self) -> float | None:
+        deadline = self.options.deadline
+        return None if deadline is None else deadline - clock.monotonic()
 
-    def next_size() -> tuple[int, str]:
+    def next_size(self) -> tuple[int, str]:
         """The next claim's size, or 0 and why the drain stops instead."""
-        if stop.is_set():
+        if self.stop.is_set():
             return 0, "signal"
-        size = sizer.fits(remaining())
+        size = self.sizer.fits(self.remaining())
         return (size, "empty") if size >= 1 else (0, "deadline")
 
-    def may_start(job: queue.Job) -> bool:
-        return not stop.is_set() and sizer.may_start(
-            remaining(), job.queue, tasks[job.queue].timeout)
+    def may_start(self, job: queue.Job) -> bool:
+        return not self.stop.is_set() and self.sizer.may_start(
+            self.remaining(), job.queue, self.tasks[job.queue].timeout)
 
-    size, summary.stopped = next_size()
-    sent = clock.monotonic()
-    jobs = link.send(lambda c: queue.claim(c, plain, size, options.lease, limited=limited,
-                                           take=min(size, options.concurrency),
-                                           now=clock.database_now())) if size else []
-    if jobs and on_claim:
-        on_claim()
-    while jobs:
-        batch_began = clock.monotonic()
+    def batches(self, on_batch: Callable[[Summary], None] | None,
+                on_claim: Callable[[], None] | None) -> None:
+        """Claim, run and write back until nothing is ready, a stop or the deadline."""
+        size, self.summary.stopped = self.next_size()
+        sent = clock.monotonic()
+        spec = self.claim(size)
+        jobs = self.link.send(lambda c: queue.claim(
+            c, spec.queues, spec.size, spec.lease, limited=spec.limited, take=spec.take,
+            now=clock.database_now())) if size else []
+        if jobs and on_claim:
+            on_claim()
+        while jobs:
+            jobs, size, sent = self.batch(jobs, size, sent)
+            if on_batch:
+                on_batch(self.summary)
+
+    def batch(self, jobs: list[queue.Job], size: int, sent: float
+              ) -> tuple[list[queue.Job], int, float]:
+        """Run one batch and write it back with the next claim: the jobs that claim took,
+        its size and when it was sent."""
+        began = clock.monotonic()
         outcome = Batch(
-            jobs, tasks, concurrency=options.concurrency, lease=options.lease,
-            extend=lambda js: link.send(
-                lambda c: queue.extend(c, js, options.lease, now=clock.database_now())),
-            may_start=may_start, stop=stop, confirmed=sent,
-            took=took,
-            tracebacks=options.verbose,
+            jobs, self.tasks, concurrency=self.options.concurrency, lease=self.options.lease,
+            extend=lambda js: self.link.send(
+                lambda c: queue.extend(c, js, self.options.lease, now=clock.database_now())),
+            may_start=self.may_start, stop=self.stop, confirmed=sent, took=self.took,
+            tracebacks=self.options.verbose,
         ).run()
         started = len(jobs) - len(outcome.unstarted)
-        sizer.observe(started, clock.monotonic() - batch_began, full=len(jobs) == size)
-        if outcome.unstarted and not stop.is_set():
-            size, summary.stopped = 0, "deadline"
+        self.sizer.observe(started, clock.monotonic() - began, full=len(jobs) == size)
+        if outcome.unstarted and not self.stop.is_set():
+            size, self.summary.stopped = 0, "deadline"
         else:
-            size, summary.stopped = next_size()
+            size, self.summary.stopped = self.next_size()
         sent = clock.monotonic()
-        settled = _settle(link, outcome, claim(size) if size else None, db_now)
-        _record(settled, outcome, summary, len(jobs))
+        settled = _settle(self.link, outcome, self.claim(size) if size else None, self.db_now)
+        _record(settled, outcome, self.summary, len(jobs))
         _log_failures(settled, outcome)
-        if spans is not None:
-            spans.batch(jobs, settled, outcome)
-        hooks.run(hooks.calls(settled, outcome.failed, own_hooks))
-        if on_batch:
-            on_batch(summary)
-        jobs = settled.claimed
+        if self.spans is not None:
+            self.spans.batch(jobs, settled, outcome)
+        hooks.run(hooks.calls(settled, outcome.failed, self.own_hooks))
+        return settled.claimed, size, sent
 
-    summary.archived = link.send(lambda c: queue.archive(
-        c, options.archive_after, failed_older_than=options.archive_failed_after,
-        to_table=has_archive, now=clock.database_now()))
-    due = link.send(lambda c: queue.due(c, plain, limited=limited, now=clock.database_now()))
-    summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
-        due.next_due, due.run_at, due.lease_end, due.now)
+    def end(self) -> None:
+        """Archive, and learn when more work is due."""
+        options, summary = self.options, self.summary
+        summary.archived = self.link.send(lambda c: queue.archive(
+            c, options.archive_after, failed_older_than=options.archive_failed_after,
+            to_table=self.has_archive, now=clock.database_now()))
+        due = self.link.send(lambda c: queue.due(c, self.plain, limited=self.limited,
+                                                 now=clock.database_now()))
+        summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
+            due.next_due, due.run_at, due.lease_end, due.now)
 
 
 def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:
