@@ -1,14 +1,18 @@
 """Running the handlers of one claimed batch, outside any transaction.
 
-Handlers run on up to `concurrency` daemon threads while the calling thread keeps
-the leases alive and watches the deadline, the stop signal and the tasks' timeouts.
-Daemon threads, because a handler that never returns must not keep the process
-from exiting: its lease runs out and the next run's reaper takes the job back.
-A handler past its task's timeout is failed and its thread written off; a fresh
-thread takes its place, so the batch goes on. The threads and the waits come from
-`drainer.clock` (its pool keeps threads for the next batch).
+The batch has up to `concurrency` slots, each running one job at a time, while the
+calling thread keeps the leases alive and watches the deadline, the stop signal and
+the tasks' timeouts. A sync handler runs on a daemon thread of the pool; an `async
+def` one runs on the process's event loop and holds no thread while it waits: its
+work's done-callback records it and takes the slot's next job. Daemon threads,
+because a handler that never returns must not keep the process from exiting: its
+lease runs out and the next run's reaper takes the job back. A handler past its
+task's timeout is failed and its slot written off (an async one is cancelled); a
+fresh slot takes its place, so the batch goes on. The threads, the loop and the
+waits come from `drainer.clock` (its pool keeps threads for the next batch).
 """
 
+import functools
 import inspect
 import logging
 import threading
@@ -153,7 +157,7 @@ class Batch:
         exception's traceback in the outcome (`--verbose`; formatting costs)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
-        self.threads = min(concurrency, len(jobs))
+        self.slots = min(concurrency, len(jobs))  # jobs in flight at most
         self.lease = lease.total_seconds()
         self.extend = extend
         self.may_start = may_start
@@ -171,10 +175,14 @@ class Batch:
         self.started: dict[int, float] = {}  # job id -> when its handler began
         self.timed_out: set[int] = set()
         self.futures: dict[int, Future[Any]] = {}  # async handlers' work, by job id
+        # Queues whose handler is an `async def`: a thread that must not block may
+        # start their jobs (an awaitable from another function takes a pool thread).
+        self.async_queues = {q for q, t in self.tasks.items()
+                             if inspect.iscoroutinefunction(t.fn)}
         self.outcome = Outcome()
         self.lock = threading.Lock()
         self.idle = clock.event()
-        self.active = self.threads
+        self.active = self.slots
 
     def _fresh(self) -> bool:
         """Whether the batch's leases were confirmed recently enough to start a job, by
@@ -183,17 +191,30 @@ class Batch:
         return (clock.monotonic() - self.confirmed < limit
                 and abs(clock.wall() - self.confirmed_wall) < limit)
 
+    def _startable(self) -> Job | None:
+        """The pending job that may start next; the caller holds the lock."""
+        if self.pending and not self.closed and self.may_start(self.pending[0]):
+            return self.pending[0]
+        return None
+
+    def _take(self, without_blocking: bool = False) -> Job | None:
+        """The next job, now running, if it may start and the leases are fresh;
+        `without_blocking`: only one whose handler is an `async def` (calling it just
+        makes a coroutine), for a thread that must not block."""
+        with self.lock:
+            job = self._startable()
+            if job is None or not self._fresh() or (
+                    without_blocking and job.queue not in self.async_queues):
+                return None
+            self.pending.popleft()
+            self.running[job.id] = job
+            self.started[job.id] = clock.monotonic()
+            return job
+
     def _next(self) -> Job | None:
         if not self.closed and not self._fresh():
             self._confirm()
-        with self.lock:
-            if (self.pending and not self.closed and self._fresh()
-                    and self.may_start(self.pending[0])):
-                job = self.pending.popleft()
-                self.running[job.id] = job
-                self.started[job.id] = clock.monotonic()
-                return job
-            return None
+        return self._take()
 
     def _confirm(self) -> None:
         """Heartbeat before starting a job whose lease may be near its end; one thread
@@ -204,9 +225,8 @@ class Batch:
                 self.unconfirmable = not self._heartbeat()
 
     def _finish(self, job: Job, ended: "Ended") -> bool:
-        """Record a handler's result; False when it came after the job's timeout (this
-        thread's place has gone to another) or after the batch ended: it changes
-        nothing."""
+        """Record a handler's result; False when it came after the job's timeout (its
+        slot has gone to another) or after the batch ended: it changes nothing."""
         with self.lock:
             if job.id in self.timed_out or self.closed:
                 return False
@@ -226,56 +246,121 @@ class Batch:
                 self.outcome.tracebacks[job.id] = traced
             return True
 
-    def _work(self) -> None:
-        written_off = False
+    def _slot(self, take: Callable[[], Job | None], end: Callable[[], None]) -> None:
+        """Run a slot's jobs one after another, as long as `take` gives one and each
+        ends here; `end()` when none is left (not when the slot went on in an async
+        handler's callback, nor when it was written off at a timeout)."""
+        went_on = False
         try:
-            while not written_off and (job := self._next()) is not None:
-                written_off = not self._finish(job, self._call(job))
+            while not went_on and (job := take()) is not None:
+                went_on = not self._run(job)
         finally:
-            if not written_off:
-                with self.lock:
-                    self.active -= 1
-                    if not self.active:
-                        self.idle.set()
+            if not went_on:
+                end()
 
-    def _call(self, job: Job) -> "Ended":
-        """Run the job's handler: what went wrong (None when it returned), its kept
-        result, and when asked for, the exception's traceback."""
+    def _work(self) -> None:
+        """A slot on a pool thread, which may block: sync handlers, heartbeats."""
+        self._slot(self._next, self._leave)
+
+    def _carry_on(self) -> None:
+        """A slot on a thread that must not block (the event loop's, or run()'s as it
+        opens the slots): async handlers start here, and for a sync one, or a heartbeat
+        due before the next job may start, a pool thread takes the slot."""
+        self._slot(functools.partial(self._take, True), self._hand_on)
+
+    def _hand_on(self) -> None:
+        """A slot's end where nothing may block: a pool thread takes the slot if a job
+        is left that may start (a sync handler's, or one waiting for a heartbeat)."""
+        with self.lock:
+            waiting = self._startable() is not None
+        if waiting:
+            self._spawn()
+        else:
+            self._leave()
+
+    def _leave(self) -> None:
+        """A slot ends: no job is left that it may start."""
+        with self.lock:
+            self.active -= 1
+            if not self.active:
+                self.idle.set()
+
+    def _run(self, job: Job) -> bool:
+        """Start the job's handler; True when it ended and was recorded here (the slot
+        is free for its next job), False when its work went on to the event loop or
+        its result came too late (the slot was written off)."""
+        ended = self._call(job)
+        if isinstance(ended, Ended):
+            return self._finish(job, ended)
+        return self._hand_over(job, ended)
+
+    def _hand_over(self, job: Job, future: "Future[Any]") -> bool:
+        """Leave an async handler's work to the loop, which holds no thread while it
+        waits: its done-callback records it and carries the slot on. False: the slot
+        went on there."""
+        future.add_done_callback(functools.partial(self._done, job))
+        return False
+
+    def _done(self, job: Job, future: "Future[Any]") -> None:
+        """An async handler's work ended (on the loop's thread, as a rule): record it
+        and carry its slot on, unless the slot was written off meanwhile."""
+        if not self._finish(job, self._ended(job, future)):
+            return  # written off: its slot went to another
+        if clock.on_loop():
+            self._carry_on()
+        else:  # it ended before the callback was added: no recursion on this thread
+            self._spawn()
+
+    def _call(self, job: Job) -> "Ended | Future[Any]":
+        """Call the job's handler: how it ended (what went wrong, None when it
+        returned; its kept result; when asked for, the exception's traceback), or when
+        it returned an awaitable, the future of that work on the event loop."""
         if isinstance(job.payload, Undecodable):
             return Ended(Setback(f"the payload cannot be loaded: {job.payload.reason}"))
-        task = self.tasks[job.queue]
         try:
-            result = task.fn(job)
+            result = self.tasks[job.queue].fn(job)
             if inspect.isawaitable(result):  # an `async def`, perhaps wrapped
-                result = self._await(job, result)
+                return self._submit(job, result)
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
-            return Ended(task.policy.judge(job, exc, describe(exc)),
-                         traced=trace(exc) if self.tracebacks else None)
-        unawaited = _unawaited(result)  # work that never ran
-        if unawaited is not None or not task.keep_result:
-            return Ended(unawaited)
-        kept = _kept(result)
-        return Ended(kept) if isinstance(kept, Setback) else Ended(kept=kept)
+            return self._raised(job, exc)
+        return self._returned(job, result)
 
-    def _await(self, job: Job, awaitable: Any) -> object:
-        """Run an async handler's work on the process's event loop, this thread
-        waiting for it (so --concurrency still caps the jobs in flight); a timeout
-        cancels it there (`_time_out`)."""
+    def _submit(self, job: Job, awaitable: Any) -> "Future[Any]":
+        """Run an async handler's work on the process's event loop; a timeout cancels
+        it there (`_time_out`)."""
         future = clock.run_async(awaitable)
         with self.lock:
             self.futures[job.id] = future
+        return future
+
+    def _ended(self, job: Job, future: "Future[Any]") -> "Ended":
+        """How an async handler's work ended, from its future (waiting if not done)."""
         try:
-            return future.result()
+            result = future.result()
+        except BaseException as exc:  # noqa: BLE001 - as in _call
+            return self._raised(job, exc)
         finally:
             with self.lock:
                 self.futures.pop(job.id, None)
+        return self._returned(job, result)
+
+    def _raised(self, job: Job, exc: BaseException) -> "Ended":
+        return Ended(self.tasks[job.queue].policy.judge(job, exc, describe(exc)),
+                     traced=trace(exc) if self.tracebacks else None)
+
+    def _returned(self, job: Job, result: object) -> "Ended":
+        unawaited = _unawaited(result)  # work that never ran
+        if unawaited is not None or not self.tasks[job.queue].keep_result:
+            return Ended(unawaited)
+        kept = _kept(result)
+        return Ended(kept) if isinstance(kept, Setback) else Ended(kept=kept)
 
     def _spawn(self) -> None:
         clock.spawn(self._work)
 
     def _time_out(self, now: float) -> None:
         """Fail the jobs whose handlers outlived their task's timeout, and hand each
-        stuck thread's place to a fresh one."""
+        stuck slot's place to a fresh one."""
         with self.lock:
             late = [(job, limit) for job in self.running.values()
                     if (limit := self.tasks[job.queue].timeout) is not None
@@ -291,12 +376,18 @@ class Batch:
                     self.outcome.failed.append((job, self.tasks[job.queue].policy.judge(
                         job, late_error, describe(late_error))))
         for job, _ in late:
-            job.cancelled.set()  # its thread runs on, written off: it may as well stop
-            with self.lock:
-                future = self.futures.get(job.id)
-            if future is not None:
-                future.cancel()  # an async handler really stops: CancelledError inside
+            self._write_off(job)
             self._spawn()
+
+    def _write_off(self, job: Job) -> None:
+        """Tell a handler whose work no longer counts (timed out, lost, or past the
+        stop's bound) to stop: a sync one runs on, but may watch `job.cancelled`; an
+        async one really stops (CancelledError at its next await)."""
+        job.cancelled.set()
+        with self.lock:
+            future = self.futures.get(job.id)
+        if future is not None:
+            future.cancel()
 
     def _heartbeat(self) -> bool:
         """Extend the leases of every unfinished job and drop those no longer ours;
@@ -319,7 +410,7 @@ class Batch:
             # Their handlers may stop: nothing they do now changes anything.
             lost = [job for job in self.running.values() if job.id in self.outcome.lost]
         for job in lost:
-            job.cancelled.set()
+            self._write_off(job)
         return True
 
     def _interval(self, steady: float) -> float:
@@ -331,8 +422,8 @@ class Batch:
         return min(steady, CANCEL_CHECK) if watched else steady
 
     def run(self) -> Outcome:
-        for _ in range(self.threads):
-            self._spawn()
+        for _ in range(self.slots):
+            self._carry_on()
         interval = min(self.lease / 3, MAX_HEARTBEAT)
         extended = self.confirmed
         stopped_at: float | None = None
@@ -355,5 +446,5 @@ class Batch:
             self.closed = True
             self.pending.clear()
         for job in self.outcome.abandoned:
-            job.cancelled.set()  # past the stop's bound: what it does now changes nothing
+            self._write_off(job)  # past the stop's bound: what it does now changes nothing
         return self.outcome

@@ -21,6 +21,8 @@ from typing import Any
 PROC_STAT = "/proc/self/stat"
 PROC_UPTIME = "/proc/uptime"
 IMPORTED = time.monotonic()  # the start when the OS does not say (not Linux)
+# Seconds `end_threads` waits for the event loop's tasks to end once cancelled.
+LOOP_CLOSE_WAIT = 5.0
 
 
 def monotonic() -> float:
@@ -109,20 +111,48 @@ class _Loop:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
 
     def submit(self, awaitable: Awaitable[Any]) -> "Future[Any]":
         with self.lock:
-            if self.loop is None or not self.loop.is_running():
+            # The thread, not loop.is_running(): a loop just started is not running yet.
+            if self.loop is None or self.thread is None or not self.thread.is_alive():
+                if self.loop is not None:
+                    self.loop.close()  # its thread ended: nothing runs it any more
                 self.loop = asyncio.new_event_loop()
-                threading.Thread(target=self.loop.run_forever, daemon=True,
-                                 name="drainer-async").start()
+                self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                               name="drainer-async")
+                self.thread.start()
             return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
 
+    def runs_here(self) -> bool:
+        return self.thread is threading.current_thread()
+
     def close(self) -> None:
+        """Cancel the loop's tasks and let them run their cancellation (`finally`
+        blocks, `except CancelledError`), then stop the loop, wait for its thread and
+        close it. A task that blocks the loop, or will not end when cancelled, is
+        waited for LOOP_CLOSE_WAIT seconds, then the loop is left to its daemon thread."""
         with self.lock:
-            loop, self.loop = self.loop, None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            loop, thread, self.loop, self.thread = self.loop, self.thread, None, None
+        if loop is None or thread is None:
+            return
+        if thread.is_alive():
+            asyncio.run_coroutine_threadsafe(_wind_down(), loop)
+            thread.join(LOOP_CLOSE_WAIT)
+        if not thread.is_alive():
+            loop.close()
+
+
+async def _wind_down() -> None:
+    """Cancel every other task of the running loop, wait (bounded) for them to end,
+    and stop the loop."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    for other in others:
+        other.cancel()
+    if others:
+        await asyncio.wait(others, timeout=LOOP_CLOSE_WAIT)
+    asyncio.get_running_loop().stop()
 
 
 class HandlerExit(Exception):  # noqa: N818 - what a handler's exit became
@@ -147,11 +177,17 @@ def run_async(awaitable: Awaitable[Any]) -> "Future[Any]":
     return _LOOP.submit(awaitable)
 
 
+def on_loop() -> bool:
+    """Whether this is the event loop's thread, where nothing may block."""
+    return _LOOP.runs_here()
+
+
 def end_threads() -> None:
     """End the handler threads kept for later batches (a thread still in a handler
-    ends when it returns), and the event loop of async handlers; the next batch
-    starts new ones. For tests: none starts with the threads an earlier one left,
-    written-off handlers' included (see drainer.testing.reset)."""
+    ends when it returns), and the event loop of async handlers (its tasks
+    cancelled); the next batch starts new ones. For tests: none starts with the
+    threads an earlier one left, written-off handlers' included (see
+    drainer.testing.reset)."""
     global _THREADS, _LOOP
     old, _THREADS = _THREADS, _Threads()
     old.close()

@@ -341,7 +341,7 @@ def _limits(conn: psycopg.Connection) -> list[Finding]:
     return [Finding("limit", "note", describe(fill),
                     "as meant by the queue's @task(concurrency=, per_group=, rate=); raise "
                     "the limit if the wait is too long (`--concurrency` is one process's "
-                    "threads, not this)", [dict(fill)])
+                    "handlers at once, not this)", [dict(fill)])
             for fill in fills(conn) if fill["held"]]
 
 

@@ -9,17 +9,21 @@ then the global ones (`drainer.on_failure(fn)`, `drainer.on_dead(fn)`), in the o
 they were registered. Jobs no longer the drain's (lost) and snoozes are not failures.
 
 Hooks run after the batch's write-back, outside any transaction, before the next
-batch's handlers start, on a thread of the handler pool: the drain waits for a
+batch's handlers start, on a thread of the handler pool; an `async def` hook is
+awaited on the process's event loop (the async handlers' one). The drain waits for a
 batch's hooks at most HOOK_TIMEOUT seconds in all. A hook that raises is logged and
-the next one called; one still running at the bound is logged, written off (its
-thread runs on) and the batch's hooks after it are skipped. Hooks must be quick:
-hand a slow alert (an HTTP call) to a queue or give it a timeout of its own.
+the next one called; one still running at the bound is logged, written off (a sync
+one's thread runs on, an async one is cancelled) and the batch's hooks after it are
+skipped. Hooks must be quick: hand a slow alert (an HTTP call) to a queue or give it
+a timeout of its own.
 """
 
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, NamedTuple
 
 from . import clock
 from .errors import ConfigError
@@ -98,45 +102,85 @@ def run(made: Sequence[Call], timeout: float | None = None) -> None:
     if not made:
         return
     bound = HOOK_TIMEOUT if timeout is None else timeout
-    done = clock.event()
-    lock = threading.Lock()
-    at, given_up = 0, False
-
-    def work() -> None:
-        nonlocal at
-        try:
-            for n, call in enumerate(made):
-                with lock:
-                    if given_up:
-                        return
-                    at = n
-                _call(call)
-            with lock:
-                at = len(made)
-        finally:
-            done.set()
-
-    clock.spawn(work)
-    if done.wait(timeout=bound):
+    calls = _Calls(made)
+    clock.spawn(calls.make)
+    if calls.done.wait(timeout=bound):
         return
-    with lock:
-        if at == len(made):  # they ended just now
-            return
-        given_up = True
-        stuck, skipped = made[at], len(made) - at - 1
+    given_up = calls.give_up()
+    if given_up is None:  # they ended just now
+        return
+    stuck, skipped = given_up
     log.warning("job %d (queue %s): its %s hook %s still ran after %g s; the drain goes on "
                 "without it%s", stuck.job.id, stuck.job.queue, stuck.kind, _name(stuck.hook),
                 bound, f" ({skipped} later hook calls of this batch skipped)" if skipped else "")
 
 
-def _call(call: Call) -> None:
-    try:
-        call.hook(call.job, call.error)
-    except BaseException as exc:  # noqa: BLE001 - a hook must never break the drain
-        from .batch import describe
+class _Calls:
+    """One batch's hook calls, made one after another, and giving up on them at the
+    bound: a sync hook still running is written off (its thread runs on), an async
+    one being awaited is cancelled, and the calls after it are skipped."""
 
-        log.warning("job %d (queue %s): its %s hook %s raised %s", call.job.id,
-                    call.job.queue, call.kind, _name(call.hook), describe(exc))
+    def __init__(self, made: Sequence[Call]):
+        self.made = made
+        self.done = clock.event()
+        self.lock = threading.Lock()
+        self.at = 0
+        self.given_up = False
+        self.awaiting: Future[Any] | None = None  # an async hook's work on the loop
+
+    def make(self) -> None:
+        try:
+            for n, call in enumerate(self.made):
+                with self.lock:
+                    if self.given_up:
+                        return
+                    self.at = n
+                self._call(call)
+            with self.lock:
+                self.at = len(self.made)
+        finally:
+            self.done.set()
+
+    def give_up(self) -> tuple[Call, int] | None:
+        """The call still running and how many are skipped after it; None when the
+        calls have all ended."""
+        with self.lock:
+            if self.at == len(self.made):
+                return None
+            self.given_up = True
+            awaiting = self.awaiting
+        if awaiting is not None:
+            awaiting.cancel()  # asyncio.CancelledError in the hook, at its next await
+        return self.made[self.at], len(self.made) - self.at - 1
+
+    def _call(self, call: Call) -> None:
+        try:
+            result = call.hook(call.job, call.error)
+            if inspect.isawaitable(result):  # an `async def` hook: run it to its end
+                self._await(result)
+        except BaseException as exc:  # noqa: BLE001 - a hook must never break the drain
+            with self.lock:
+                if self.given_up:
+                    return  # already logged as given up on
+            from .batch import describe
+
+            log.warning("job %d (queue %s): its %s hook %s raised %s", call.job.id,
+                        call.job.queue, call.kind, _name(call.hook), describe(exc))
+
+    def _await(self, awaitable: Awaitable[Any]) -> None:
+        """Wait for an async hook's work on the process's event loop (the handlers'
+        one), where give_up() can cancel it."""
+        future = clock.run_async(awaitable)
+        with self.lock:
+            self.awaiting = future
+            cancel = self.given_up
+        if cancel:
+            future.cancel()
+        try:
+            future.result()
+        finally:
+            with self.lock:
+                self.awaiting = None
 
 
 def _name(hook: Hook) -> str:

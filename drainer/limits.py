@@ -23,7 +23,7 @@ _PER = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 @dataclass(frozen=True)
 class Limits:
     """A queue's limits (None: no such limit): `concurrency`, jobs running at once
-    across every drainer (unlike --concurrency, a process's handler threads);
+    across every drainer (unlike --concurrency, a process's jobs in flight);
     `per_group`, running jobs per group (1: a group's jobs one at a time, in enqueue
     order); `rate` starts per `per_seconds`, a sliding window."""
 

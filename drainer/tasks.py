@@ -140,7 +140,7 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     `drainer.Retry` and `drainer.Snooze` ask for a retry or a snooze explicitly.
     `max_attempts`: the default for jobs enqueued through the task object.
     `concurrency`: at most this many of the queue's jobs run at once across every
-    drainer and invocation (`--concurrency` is one process's handler threads);
+    drainer and invocation (`--concurrency` is one process's jobs in flight);
     `per_group`: at most this many per group (`enqueue(..., group=...)`), and with 1
     a group's jobs run one at a time in enqueue order; `rate` ("100/minute", per
     second, minute or hour): at most that many starts in any such window. The
@@ -153,8 +153,9 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     `timeout`: a run still going after this many seconds fails the job with a
     TimeoutError (retried like any failure) and the drain goes on. Python cannot
     stop a thread, so the handler's thread is abandoned, and what it does or
-    returns later changes nothing. Without a timeout a handler runs as long as it
-    likes, its lease extended while the process lives.
+    returns later changes nothing; an `async def` handler is cancelled. Without a
+    timeout a handler runs as long as it likes, its lease extended while the process
+    lives.
     """
     # Built now, so that a bad option is an error where @task(...) is written.
     shape = Task(_unset, queue, timeout=timeout, max_attempts=max_attempts, backoff=backoff,

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,6 +54,7 @@ from psycopg.pq import TransactionStatus
 from . import clock, drivers, hooks, queue, run, schedules, sql, tasks
 from .batch import Batch
 from .errors import ConfigError, DrainerError
+from .queue import Job
 from .run import Options, Summary
 from .schema import migrate
 from .tasks import Handler, as_task
@@ -243,11 +245,15 @@ def drain_now(conn: object, *, queues: Iterable[str] | None = None,
 
 
 class _OnThisThread(Batch):
-    """A batch whose one handler thread is the caller's: every handler runs there,
-    one after the other, before `run()` looks at the clock."""
+    """A batch whose one slot is the caller's thread: every handler runs there, one
+    after the other (an async one's work awaited there), before `run()` looks at the
+    clock."""
 
     def _spawn(self) -> None:
         self._work()
+
+    def _hand_over(self, job: Job, future: "Future[Any]") -> bool:
+        return self._finish(job, self._ended(job, future))
 
 
 def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handler],

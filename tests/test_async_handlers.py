@@ -140,3 +140,91 @@ def test_an_async_handler_that_exits_fails_its_job_and_the_loop_goes_on(conn):
         0].startswith("HandlerExit: SystemExit: 3")
     drainer.enqueue(conn, "f", {})
     assert drain(conn, {"f": fine}, Options(["f"])).done == 1  # the loop still serves
+
+
+def handler_threads() -> int:
+    return sum(t.name == "drainer-handler" for t in threading.enumerate())
+
+
+def test_async_jobs_in_flight_hold_no_thread(conn):
+    """200 async jobs at once with --concurrency 200: every one in flight together on
+    the one loop, while the handler pool stays a few threads (a thread waiting on
+    each job would make it 200)."""
+    jobs, in_flight, peak, threads = 200, [0], [0], []
+    before = handler_threads()  # earlier tests' written-off handlers may run on
+
+    async def handler(job):
+        in_flight[0] += 1  # one loop: no other handler runs between these lines
+        peak[0] = max(peak[0], in_flight[0])
+        threads.append(handler_threads())
+        for _ in range(1500):  # until every job is in flight (30 s at most)
+            if peak[0] == jobs:
+                break
+            await asyncio.sleep(0.02)
+        in_flight[0] -= 1
+
+    drainer.enqueue_many(conn, "a", [{}] * jobs)
+    summary = drain(conn, {"a": handler}, Options(["a"], concurrency=jobs, batch_size=jobs))
+    assert summary.done == jobs
+    assert peak[0] == jobs
+    assert max(threads) - before <= 4, (before, max(threads))
+
+
+def test_jobs_sync_and_async_in_turn_never_pass_the_cap(conn):
+    """Slots go from a sync job (a thread) to an async one (the loop) and back: the
+    jobs in flight together stay at --concurrency."""
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+
+    def enter() -> None:
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+
+    def leave() -> None:
+        with lock:
+            in_flight[0] -= 1
+
+    async def slow_async(job):
+        enter()
+        await asyncio.sleep(0.01 * job.payload["n"])
+        leave()
+
+    def slow_sync(job):
+        enter()
+        time.sleep(0.01 * job.payload["n"])
+        leave()
+
+    for n in range(30):  # claimed in id order: the queues take turns
+        drainer.enqueue(conn, "x" if n % 2 else "y", {"n": n % 4})
+    summary = drain(conn, {"x": slow_async, "y": slow_sync},
+                    Options(["x", "y"], concurrency=3, batch_size=30))
+    assert summary.done == 30
+    assert 1 < peak[0] <= 3
+
+
+def test_a_timed_out_async_handler_is_cancelled_and_its_slot_goes_on(conn):
+    """The timeout cancels the handler; the slot's next jobs run; what the cancelled
+    work returns afterwards (it swallowed the cancellation) changes nothing."""
+    cancelled, ran = threading.Event(), []
+
+    async def handler(job):
+        if job.payload.get("stuck"):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                return "too late"  # swallowed: it must not count as done
+        ran.append(job.id)
+        return "fine"
+
+    stuck = drainer.enqueue(conn, "t", {"stuck": True})
+    others = [drainer.enqueue(conn, "t", {}) for _ in range(3)]
+    summary = drain(conn, {"t": Task(handler, "t", timeout=0.3, keep_result=True)},
+                    Options(["t"], concurrency=1, batch_size=4))
+    assert cancelled.wait(5)
+    assert (summary.done, summary.retried) == (3, 1)
+    assert sorted(ran) == others
+    status, error, result = conn.execute(
+        "SELECT status, last_error, result FROM jobs WHERE id = %s", (stuck,)).fetchone()
+    assert (status, result) == ("queued", None)
+    assert error.startswith("TimeoutError: ")

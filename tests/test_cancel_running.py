@@ -3,6 +3,7 @@ no longer its worker's (cancelled, or taken over), and heartbeats come every
 CANCEL_CHECK seconds only while a handler looks. The batch alone, its time driven
 through the clock seam; then a real drain process and `drainer cancel`."""
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -169,6 +170,26 @@ def test_a_job_lost_before_its_handler_looks_has_its_event_set_all_the_same(tick
     outcome = run_batch(job, handler, extend)
     assert saw == [True] and beats[0] == START + 60 / 3  # no one looked: the steady pace
     assert outcome.lost == {job.id}
+
+
+def test_an_async_handler_whose_job_is_lost_is_cancelled(ticks):
+    """No thread to abandon: the heartbeat that finds the job gone cancels its work."""
+    job, saw = a_job(), []
+
+    async def handler(j: Job) -> None:
+        ticks.ready.set()
+        try:
+            await asyncio.sleep(REAL_WAIT)
+        except asyncio.CancelledError:
+            saw.append("cancelled")
+            raise
+        saw.append("slept on")
+
+    outcome = run_batch(job, handler, lambda js: set())  # cancelled meanwhile
+    # The batch is done with the job once its work is cancelled; the handler's own
+    # `except` runs at the loop's next turn.
+    assert wait_until(lambda: saw, timeout=REAL_WAIT) == ["cancelled"]
+    assert outcome.lost == {job.id} and not outcome.failed and not outcome.abandoned
 
 
 def test_a_handler_that_stops_at_the_cancel_changes_nothing_in_the_table(ticks, conn):

@@ -2,6 +2,7 @@
 written back, with its error; never for lost jobs or snoozes; a hook that raises or
 hangs is logged and the drain goes on. In-process drains on a real PostgreSQL."""
 
+import asyncio
 import logging
 import threading
 import time
@@ -190,3 +191,54 @@ def test_a_hook_must_be_callable():
         drainer.task("alerts", on_dead="page me")
     with pytest.raises(ConfigError, match="on_failure: a hook must be a function"):
         drainer.on_failure(42)
+
+
+def test_an_async_hook_is_awaited(conn, db_url, declared):
+    heard, loops = [], set()
+
+    async def alert(job, error):
+        await asyncio.sleep(0.01)
+        loops.add(id(asyncio.get_running_loop()))
+        heard.append((job.id, error))
+
+    async def handler(job):
+        loops.add(id(asyncio.get_running_loop()))
+        raise RuntimeError("boom")
+
+    drainer.on_dead(alert)
+    job = drainer.enqueue(conn, "alerts", {}, max_attempts=1)
+    drain(conn, {"alerts": handler}, Options(["alerts"]))
+    assert heard == [(job, "RuntimeError: boom")]
+    assert len(loops) == 1  # the handlers' loop
+
+
+def test_an_async_hook_that_hangs_is_cancelled_at_the_bound(conn, db_url, declared, caplog,
+                                                            monkeypatch):
+    monkeypatch.setattr(hooks, "HOOK_TIMEOUT", 0.3)
+    cancelled, after = threading.Event(), []
+
+    async def hangs(job, error):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def broken(job, error):
+        raise ValueError("the pager is down")
+
+    drainer.on_failure(broken)
+    drainer.on_failure(hangs)
+    drainer.on_failure(lambda job, error: after.append(job.id))
+    job = drainer.enqueue(conn, "alerts", {}, max_attempts=1)
+    with caplog.at_level(logging.WARNING, logger="drainer.hooks"):
+        s = drain(conn, {"alerts": boom}, Options(["alerts"]))
+    assert s.failed == 1
+    assert cancelled.wait(5)
+    assert after == []  # skipped after the bound
+    lines = [r.getMessage() for r in caplog.records if r.name == "drainer.hooks"]
+    assert lines == [
+        f"job {job} (queue alerts): its on_failure hook {broken.__qualname__} raised "
+        "ValueError: the pager is down",
+        f"job {job} (queue alerts): its on_failure hook {hangs.__qualname__} still ran after "
+        "0.3 s; the drain goes on without it (1 later hook calls of this batch skipped)"]
