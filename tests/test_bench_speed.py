@@ -1,31 +1,38 @@
 """The speed bench (`python -m bench.speed`) at tiny sizes, without competitors, so
-its code cannot rot; and its arithmetic: goals as ratios of medians, n/a with a
-reason. No figure's value is asserted: speed is never tested as a wall-clock time."""
+its code cannot rot; and its arithmetic: goals as ratios of medians, the I/O-bound
+figures against their ideal, n/a with a reason. No figure's value is asserted: speed
+is never tested as a wall-clock time."""
 
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from bench.speed import __main__ as speed
 from bench.speed import report, venvs
-from bench.speed.systems import System
+from bench.speed.systems import IO_FIGURES, Drainer, Handwritten, PgQueuer, System
 from tests.helpers import ROOT, clean_env
 
 FIGURES = {"noop_1", "noop_4", "sleep_1", "sleep_4", "cold_start", "rss", "statements"}
 
 
-def test_a_tiny_run_measures_every_figure_and_every_goal(tmp_path):
+def tiny_run(tmp_path, *args: str) -> tuple[dict, str]:
+    """`python -m bench.speed --runs 1 --no-competitors ARGS`: its results and stdout."""
     out = tmp_path / "results.json"
     pg_bin = os.environ.get("DRAINER_TEST_PG_BIN")
-    args = ["--runs", "1", "--jobs", "300", "--sleep-jobs", "40", "--enqueue-rows", "500",
-            "--finished", "2000", "--future", "2000", "--claims", "5", "--no-competitors",
-            "--out", str(out),
+    argv = ["--runs", "1", "--no-competitors", "--out", str(out), *args,
             *(["--pg-bin", pg_bin] if pg_bin else [])]
-    proc = subprocess.run([sys.executable, "-m", "bench.speed", *args], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "bench.speed", *argv], cwd=ROOT,
                           env=clean_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_a_tiny_run_measures_every_figure_and_every_goal(tmp_path):
+    results, stdout = tiny_run(tmp_path, "--jobs", "300", "--sleep-jobs", "40",
+                               "--enqueue-rows", "500", "--finished", "2000",
+                               "--future", "2000", "--claims", "5")
     systems = results["systems"]
     assert {"drainer", "drainer --batch-size 10", "loop-each", "loop-batch"} <= set(systems)
     assert "pgqueuer" not in systems and "procrastinate" not in systems
@@ -49,10 +56,34 @@ def test_a_tiny_run_measures_every_figure_and_every_goal(tmp_path):
                             else r["ratio"] <= float(target)), goal.text
         verdict = "met" if r["met"] else "missed"
         assert any(goal.text in line and line.rstrip(" |").endswith(verdict)
-                   for line in proc.stdout.splitlines()), (goal.text, verdict)
+                   for line in stdout.splitlines()), (goal.text, verdict)
     for goal in report.GOALS:
-        assert goal.text in proc.stdout
-    assert "| drainer " in proc.stdout
+        assert goal.text in stdout
+    assert "| drainer " in stdout
+    assert "io" not in results and "10 ms jobs, handler" not in stdout  # opt-in
+
+
+def test_a_tiny_io_run_measures_drainer_against_its_ideal_and_the_databases_limit(tmp_path):
+    results, stdout = tiny_run(tmp_path, "--workload", "io", "--jobs", "300",
+                               "--io-jobs", "40")
+    # Only the systems with I/O-bound figures run, and none of the drain workload's
+    # other figures or extras.
+    assert list(results["systems"]) == ["drainer"]
+    figures = results["systems"]["drainer"]["figures"]
+    assert set(figures) == {"noop_1", "rss", "statements", *IO_FIGURES}
+    assert "enqueue" not in results and "ratios" not in results
+    limit = figures["noop_1"]["median"]
+    assert [(r["system"], r["figure"]) for r in results["io"]] == [
+        ("drainer", f) for f in IO_FIGURES]
+    for row in results["io"]:
+        rate = figures[row["figure"]]["median"]
+        assert row["jobs_s"] == figures[row["figure"]]
+        assert row["of_ideal"] == rate / row["ideal"]
+        assert row["of_limit"] == rate / min(row["ideal"], limit)
+    assert [r["ideal"] for r in results["io"]] == [10_000, 10_000, 50_000]
+    assert any(line.startswith("| drainer ") and "| async, 500 " in line
+               for line in stdout.splitlines())
+    assert f"this run: {limit:,.0f}" in stdout
 
 
 def median_at(results: dict, path: tuple[str, ...]) -> float:
@@ -90,6 +121,56 @@ def test_goals_are_ratios_of_medians_against_their_targets():
     assert got[text[5]] == (0.9, True)
     assert got[text[6]][1] is False
     assert "n/a" in report.goals_table(report.ratios(results))
+
+
+def test_io_rows_are_ratios_of_medians_to_the_ideal_and_the_databases_limit():
+    results = {
+        "meta": {"figures": {"drainer": ["noop_1", "io_sync_100", "io_async_500"],
+                             "pgqueuer": ["noop_1", "io_async_100", "io_async_500"],
+                             "procrastinate": ["noop_1", "io_async_500"]}},
+        "systems": {
+            "drainer": {"figures": {"noop_1": stats(20_000), "io_sync_100": stats(5_000),
+                                    "io_async_500": report.summary([9_000, 10_000, 30_000])}},
+            "pgqueuer": {"figures": {"noop_1": stats(6_000), "io_async_100": stats(2_000),
+                                     "io_async_500": "pgq exited 1: too many tasks"}},
+            "procrastinate": {"unavailable": "pip install procrastinate: no network"},
+        },
+    }
+    rows = {(r["system"], r["figure"]): r for r in report.io_rows(results)}
+    assert list(rows) == [("drainer", "io_sync_100"), ("drainer", "io_async_500"),
+                          ("pgqueuer", "io_async_100"), ("pgqueuer", "io_async_500"),
+                          ("procrastinate", "io_async_500")]
+    sync = rows["drainer", "io_sync_100"]
+    assert (sync["ideal"], sync["of_ideal"], sync["of_limit"]) == (10_000, 0.5, 0.5)
+    # At 500 the ideal (50,000/s) is past drainer's no-op rate: that rate is the bound.
+    async_500 = rows["drainer", "io_async_500"]
+    assert (async_500["of_ideal"], async_500["of_limit"]) == (0.2, 0.5)  # the median
+    assert rows["pgqueuer", "io_async_100"]["of_limit"] == 0.2
+    failed, unavailable = rows["pgqueuer", "io_async_500"], rows["procrastinate", "io_async_500"]
+    assert failed["of_ideal"] is failed["of_limit"] is None
+    assert unavailable["jobs_s"] == "pip install procrastinate: no network"
+    table = report.io_table(report.io_rows(results))
+    assert "this run: 20,000" in table
+    assert "- pgqueuer, async, 500: n/a, pgq exited 1: too many tasks" in table
+    assert "- procrastinate, async, 500: n/a, pip install procrastinate: no network" in table
+
+
+def test_the_io_workload_is_opt_in_and_takes_the_no_op_figure_for_its_limit():
+    drain, io, both = ["drain"], ["io"], ["drain", "io"]
+    drainer, pgqueuer = Drainer(server=None), PgQueuer(server=None)
+    loop = Handwritten(server=None, complete="batch")
+    pgqueuer.bin = Path("venv/bin")  # what prepare() would have set
+    assert speed.parse_args([]).workload == drain
+    assert not set(speed.chosen_figures(drainer, drain)) & set(IO_FIGURES)
+    assert speed.chosen_figures(drainer, io) == ["noop_1", *IO_FIGURES]
+    assert speed.chosen_figures(pgqueuer, io) == ["noop_1", "io_async_100", "io_async_500"]
+    assert speed.chosen_figures(loop, io) == []  # no I/O-bound figure: not run at all
+    assert speed.chosen_figures(drainer, both) == [*System.figures, *IO_FIGURES]
+    assert pgqueuer.argv("async_sleep", 500)[-7:] == [
+        "pgqueuer_app:sleep", "--mode", "drain", "--max-concurrent-tasks", "500",
+        "--batch-size", "250"]
+    assert drainer.argv("async_sleep", 500)[-4:] == [
+        "--queue", "bench_async_sleep", "--concurrency", "500"]
 
 
 class Uninstallable(System):

@@ -1,7 +1,9 @@
 """`python -m bench.speed`: start a throwaway PostgreSQL, measure every figure of
 the speed goals for drainer, the hand-written psycopg loop, pgbench, PgQueuer and
 procrastinate (min / median / max of --runs), print the tables with each goal's
-ratio, and write the results as JSON under bench/results/.
+ratio, and write the results as JSON under bench/results/. `--workload io` measures
+the I/O-bound workload instead (10 ms jobs at concurrency 100 and 500, against
+their ideal), `--workload drain --workload io` both.
 
 Absolute numbers move with the machine and its load; compare the ratios, which are
 taken within one run. The method is described in bench/README.md.
@@ -18,10 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import measure, pg, report, systems, venvs
-from .systems import System, all_systems
+from .systems import IO_FIGURES, LOADS, System, all_systems
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 LATEST = Path(__file__).resolve().parent / "latest.json"
+WORKLOADS = ("drain", "io")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,6 +34,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="no-op jobs per drain run (default 20,000)")
     p.add_argument("--sleep-jobs", type=int, default=2_000,
                    help="10 ms jobs per drain run (default 2,000)")
+    p.add_argument("--io-jobs", type=int, default=20_000,
+                   help="10 ms jobs per I/O-bound run at concurrency 100, scaled with the "
+                        "concurrency (default 20,000: 100,000 at 500)")
+    p.add_argument("--workload", action="append", choices=WORKLOADS,
+                   help="what to measure (repeatable): drain, the speed goals' figures "
+                        "(the default, about 5 minutes), or io, the I/O-bound jobs "
+                        "(opt-in: longer, 13 minutes on 2 busy cores, mostly procrastinate)")
     p.add_argument("--enqueue-rows", type=int, default=100_000,
                    help="rows per bulk enqueue run (default 100,000)")
     p.add_argument("--finished", type=int, default=1_000_000,
@@ -48,7 +58,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="the JSON file (default: bench/results/speed-*.json)")
     p.add_argument("--latest", action="store_true",
                    help="also write them to bench/speed/latest.json, the committed copy")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.workload = args.workload or ["drain"]
+    return args
+
+
+def chosen_figures(system: System, workloads: list[str]) -> list[str]:
+    """The system's figures the workloads measure. The I/O-bound one takes the
+    1-process no-op figure too: drainer's is the database's limit in that run."""
+    drain = [f for f in system.figures if f not in IO_FIGURES]
+    io = [f for f in system.figures if f in IO_FIGURES]
+    chosen = drain if "drain" in workloads else []
+    if "io" in workloads and io:
+        chosen = [*chosen, *(f for f in ("noop_1", *io) if f not in chosen)]
+    return chosen
 
 
 def log(text: str) -> None:
@@ -78,9 +101,12 @@ def measure_once(system: System, figure: str, args: argparse.Namespace) -> dict[
     """One run of one figure (the 1-process no-op run also gives RSS and statements)."""
     if figure == "cold_start":
         return {figure: round(measure.cold_start(system), 4)}
-    kind, processes = figure.split("_")
-    jobs = args.sleep_jobs if kind == "sleep" else round(args.jobs * system.jobs_scale)
-    timed, per_job = measure.drain(system, kind, jobs, int(processes))
+    load = LOADS[figure]
+    if figure in IO_FIGURES:
+        jobs = round(args.io_jobs * (load.concurrency or 1) / 100 * system.jobs_scale)
+    else:
+        jobs = args.sleep_jobs if load.kind == "sleep" else round(args.jobs * system.jobs_scale)
+    timed, per_job = measure.drain(system, load, jobs)
     values = {figure: jobs / timed.seconds}
     if figure == "noop_1":
         values.update(rss=timed.max_rss_mb, statements=per_job)
@@ -96,7 +122,7 @@ def measure_systems(systems: list[System], args: argparse.Namespace) -> dict:
     failed: dict[str, dict[str, str]] = {s.name: {} for s in ready}
     for i in range(args.runs):
         for system in ready:
-            for figure in system.figures:
+            for figure in chosen_figures(system, args.workload):
                 if figure in failed[system.name]:
                     continue
                 try:
@@ -161,15 +187,22 @@ def run(args: argparse.Namespace) -> dict:
         results = {"meta": {"date": datetime.now(UTC).isoformat(timespec="seconds"),
                             "machine": machine(), "postgresql": server.version(),
                             "load_before": os.getloadavg(), "runs": args.runs,
-                            "jobs": args.jobs, "sleep_jobs": args.sleep_jobs}}
+                            "jobs": args.jobs, "sleep_jobs": args.sleep_jobs,
+                            "io_jobs": args.io_jobs, "workloads": args.workload}}
         chosen = [s for s in all_systems(server, competitors=not args.no_competitors)
-                  if not args.only or s.name in args.only]
+                  if (not args.only or s.name in args.only)
+                  and chosen_figures(s, args.workload)]
+        results["meta"]["figures"] = {s.name: chosen_figures(s, args.workload) for s in chosen}
         results["systems"] = measure_systems(chosen, args)
-        results["enqueue"], results["claim"] = measure_extras(server, args)
+        if "drain" in args.workload:
+            results["enqueue"], results["claim"] = measure_extras(server, args)
         results["meta"]["load_after"] = os.getloadavg()
     finally:
         server.stop()
-    results["ratios"] = report.ratios(results)
+    if "drain" in args.workload:
+        results["ratios"] = report.ratios(results)
+    if "io" in args.workload:
+        results["io"] = report.io_rows(results)
     return results
 
 
@@ -178,12 +211,16 @@ def render(results: dict) -> str:
     m = meta["machine"]
     load = " / ".join(f"{a:.1f}–{b:.1f}" for a, b in zip(meta["load_before"], meta["load_after"],
                                                         strict=True))
-    return "\n\n".join([
+    parts = [
         f"{meta['date']}, {m['cpu']}, {m['cores']} cores, {m['os']}, Python {m['python']}, "
         f"PostgreSQL {meta['postgresql']} on a local socket; median (min – max) of "
         f"{meta['runs']} runs; load average 1/5/15 min before–after: {load}",
-        report.systems_table(results), report.extras_table(results),
-        report.goals_table(results["ratios"])])
+        report.systems_table(results)]
+    if "ratios" in results:
+        parts += [report.extras_table(results), report.goals_table(results["ratios"])]
+    if "io" in results:
+        parts.append(report.io_table(results["io"]))
+    return "\n\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from drainer.db import connect
 from drainer.schema import migrate
 
 from . import pg, procs
-from .systems import System
+from .systems import Load, System
 
 LEASE = timedelta(minutes=5)
 WARM_UP = 100  # claims before the timed ones
@@ -28,12 +28,12 @@ class Failed(Exception):
     """A figure could not be measured; the message says why."""
 
 
-def drain(system: System, kind: str, jobs: int, processes: int) -> tuple[procs.Timed, float]:
+def drain(system: System, load: Load, jobs: int) -> tuple[procs.Timed, float]:
     """One timed drain of `jobs` fresh jobs; returns the timing and statements per job."""
-    system.seed(kind, jobs)
+    system.seed(load.kind, jobs)
     pg.reset_statements(system.url)
     try:
-        timed = procs.run(system.argvs(kind, jobs, processes), system.env())
+        timed = procs.run(system.argvs(load, jobs), system.env())
     except procs.RunFailed as exc:
         raise Failed(str(exc)) from None
     statements = pg.statements(system.url)

@@ -1,8 +1,11 @@
 """Results: min / median / max of the runs, the speed goals as ratios of
-medians, and Markdown tables (docs/performance.md shows them)."""
+medians, the I/O-bound figures against their ideal, and Markdown tables
+(docs/performance.md shows them)."""
 
 import statistics
 from dataclasses import dataclass
+
+from .systems import IO_FIGURES, LOADS
 
 # figure -> (column title, how a value is shown)
 FIGURES = {
@@ -41,20 +44,24 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def systems_table(results: dict) -> str:
-    """One row per system; each cell the median and, in brackets, min – max."""
-    header = ["system", *(title for title, _ in FIGURES.values())]
+    """One row per system; each cell the median and, in brackets, min – max. A
+    figure no system measured (a run of some figures only) has no column."""
+    measured = {f for data in results["systems"].values() for f in data.get("figures", {})}
+    shown = {f: v for f, v in FIGURES.items() if f in measured} or FIGURES
+    header = ["system", *(title for title, _ in shown.values())]
     rows = []
     for name, data in results["systems"].items():
         figures = data.get("figures", {})
         unavailable = "n/a" if data.get("unavailable") else None
         rows.append([name, *(cell(figures.get(f, unavailable), fmt)
-                             for f, (_, fmt) in FIGURES.items())])
+                             for f, (_, fmt) in shown.items())])
     notes = []
     for name, data in results["systems"].items():
         if data.get("unavailable"):
             notes.append(f"- {name}: n/a, {data['unavailable']}")
         notes += [f"- {name}, {FIGURES[f][0]}: n/a, {why}"
-                  for f, why in data.get("figures", {}).items() if isinstance(why, str)]
+                  for f, why in data.get("figures", {}).items()
+                  if isinstance(why, str) and f in FIGURES]
     return "\n".join([_table(header, rows), *([""] + notes if notes else [])])
 
 
@@ -155,3 +162,46 @@ def goals_table(rows: list[dict]) -> str:
     body = [[r["goal"], "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}×", r["target"],
              {True: "met", False: "missed", None: "n/a"}[r["met"]]] for r in rows]
     return _table(["goal (ratio of medians, one run)", "ratio", "goal", ""], body)
+
+
+def io_rows(results: dict) -> list[dict]:
+    """Each I/O-bound figure against its ideal (concurrency / 10 ms) and against
+    min(ideal, the database's limit): drainer's 1-process no-op rate in the same run,
+    which no concurrency of 10 ms handlers can pass. `jobs_s` is the figure's summary,
+    or why it is n/a."""
+    limit = _median(results, ("systems", "drainer", "figures", "noop_1"))
+    rows = []
+    for name, figures in results["meta"]["figures"].items():
+        data = results["systems"][name]
+        for figure in (f for f in figures if f in IO_FIGURES):
+            ideal = LOADS[figure].ideal
+            stats = data.get("unavailable") or data["figures"].get(figure, "not measured")
+            rate = stats["median"] if isinstance(stats, dict) else None
+            bound = min(ideal, limit) if limit else None
+            rows.append({"system": name, "figure": figure, "jobs_s": stats, "ideal": ideal,
+                         "of_ideal": rate / ideal if rate else None, "limit": limit,
+                         "of_limit": rate / bound if rate and bound else None})
+    return rows
+
+
+def io_table(rows: list[dict]) -> str:
+    """The I/O-bound figures, one row per system and handler kind and concurrency,
+    then the database's limit they were held to and why any is n/a."""
+    def ratio(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.{2 if value >= 0.1 else 3}f}×"
+
+    body = [[r["system"], _io_title(r["figure"]), cell(r["jobs_s"], "{:,.0f}"),
+             f"{r['ideal']:,.0f}", ratio(r["of_ideal"]), ratio(r["of_limit"])] for r in rows]
+    limit = next((r["limit"] for r in rows if r["limit"]), None)
+    notes = ["The database's limit: drainer's no-op jobs/s, 1 process, this run: "
+             + ("n/a" if limit is None else f"{limit:,.0f}")]
+    notes += [f"- {r['system']}, {_io_title(r['figure'])}: n/a, {r['jobs_s']}"
+              for r in rows if isinstance(r["jobs_s"], str)]
+    return "\n".join([_table(["system", "10 ms jobs, handler, concurrency", "jobs/s",
+                               "ideal", "/ ideal", "/ min(ideal, limit)"], body), "", *notes])
+
+
+def _io_title(figure: str) -> str:
+    load = LOADS[figure]
+    handler = "async" if load.kind == "async_sleep" else "sync (threads)"
+    return f"{handler}, {load.concurrency}"

@@ -2,13 +2,16 @@
 bench's jobs, is started as processes, and says how many jobs it left unfinished.
 
 Every system gets a database of its own on the same server, and the same jobs:
-`noop` (a handler that returns at once) or `sleep` (one that sleeps 10 ms).
+`noop` (a handler that returns at once), `sleep` (one that sleeps 10 ms: in a thread
+with `time.sleep` for drainer and the hand-written loop, `asyncio.sleep` for the
+competitors) or `async_sleep` (`await asyncio.sleep(0.01)` in an `async def`).
 """
 
 import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -21,7 +24,37 @@ from . import pg, venvs
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 HANDWRITTEN = PROGRAMS / "handwritten.py"
+SLEEP = 0.01  # seconds a sleeping handler sleeps (as programs/* have it)
 SLEEP_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a drain figure runs: `processes` processes draining jobs of `kind`, each
+    running `concurrency` handlers at once (None: the system's default)."""
+
+    kind: str
+    processes: int = 1
+    concurrency: int | None = None
+
+    @property
+    def ideal(self) -> float:
+        """Jobs/s if every handler slot of a sleep load slept all the time: the
+        figure an I/O-bound workload is held to."""
+        return self.processes * (self.concurrency or 1) / SLEEP
+
+
+# The drain figures, by name. The io_* ones are the I/O-bound workload (--workload io).
+LOADS = {
+    "noop_1": Load("noop", 1), "noop_4": Load("noop", 4),
+    "sleep_1": Load("sleep", 1, SLEEP_CONCURRENCY),
+    "sleep_4": Load("sleep", 4, SLEEP_CONCURRENCY),
+    "io_sync_100": Load("sleep", 1, 100),
+    "io_async_100": Load("async_sleep", 1, 100),
+    "io_async_500": Load("async_sleep", 1, 500),
+}
+IO_FIGURES = tuple(f for f in LOADS if f.startswith("io_"))
+ASYNC_IO = tuple(f for f in IO_FIGURES if LOADS[f].kind == "async_sleep")
 
 
 PYCACHE = venvs.CACHE / "pycache"
@@ -48,7 +81,7 @@ class System:
 
     name = ""
     figures = ("noop_1", "noop_4", "sleep_1", "sleep_4", "cold_start")
-    jobs_scale = 1.0  # a slow system drains fewer no-op jobs, to keep the bench short
+    jobs_scale = 1.0  # a slow system drains fewer no-op and I/O-bound jobs: a shorter bench
 
     def __init__(self, server: pg.Server):
         self.server = server
@@ -62,10 +95,10 @@ class System:
         """Empty the queue, enqueue `jobs` jobs of `kind`, VACUUM ANALYZE."""
         raise NotImplementedError
 
-    def argvs(self, kind: str, jobs: int, processes: int) -> list[list[str]]:
-        return [self.argv(kind)] * processes
+    def argvs(self, load: Load, jobs: int) -> list[list[str]]:
+        return [self.argv(load.kind, load.concurrency)] * load.processes
 
-    def argv(self, kind: str) -> list[str]:
+    def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         raise NotImplementedError
 
     def env(self) -> dict[str, str]:
@@ -96,6 +129,7 @@ class JobsTable(System):
 
 class Drainer(JobsTable):
     name = "drainer"
+    figures = (*System.figures, *IO_FIGURES)
 
     def __init__(self, server: pg.Server, *extra: str):
         super().__init__(server)
@@ -104,10 +138,10 @@ class Drainer(JobsTable):
             self.name = f"drainer {' '.join(extra)}"
             self.figures = ("noop_1", "noop_4")
 
-    def argv(self, kind: str) -> list[str]:
-        concurrency = ["--concurrency", str(SLEEP_CONCURRENCY)] if kind == "sleep" else []
+    def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
+        threads = ["--concurrency", str(concurrency)] if concurrency else []
         return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
-                "--tasks", "drainer_tasks", "--queue", f"bench_{kind}", *concurrency,
+                "--tasks", "drainer_tasks", "--queue", f"bench_{kind}", *threads,
                 *self.extra]
 
 
@@ -152,7 +186,7 @@ class DrainerLimited(Drainer):
             drainer.enqueue_many(conn, self.queue, ({} for _ in range(jobs)))
             conn.execute("VACUUM ANALYZE jobs")
 
-    def argv(self, kind: str) -> list[str]:
+    def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
                 "--tasks", "drainer_tasks", "--queue", self.queue, "--concurrency", "50",
                 *self.extra]
@@ -179,8 +213,8 @@ class Handwritten(JobsTable):
         self.complete = complete
         self.name = f"loop-{complete}"
 
-    def argv(self, kind: str) -> list[str]:
-        sleep = (["--sleep", "0.01", "--concurrency", str(SLEEP_CONCURRENCY)]
+    def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
+        sleep = (["--sleep", str(SLEEP), "--concurrency", str(concurrency)]
                  if kind == "sleep" else [])
         return [sys.executable, str(HANDWRITTEN), self.url, f"bench_{kind}",
                 "--complete", self.complete, *sleep]
@@ -204,8 +238,9 @@ class Pgbench(JobsTable):
             raise venvs.Unavailable(f"no pgbench in {self.server.bin_dir}")
         super().prepare()
 
-    def argvs(self, kind: str, jobs: int, processes: int) -> list[list[str]]:
+    def argvs(self, load: Load, jobs: int) -> list[list[str]]:
         cluster = self.server.cluster
+        processes = load.processes
         per_client = -(-jobs // (self.size * processes))  # ceil: every job gets claimed
         return [[str(self.server.bin_dir / "pgbench"), "-n", "-M", "prepared",
                  "-c", str(processes), "-j", str(processes), "-t", str(per_client),
@@ -215,8 +250,10 @@ class Pgbench(JobsTable):
 
 
 class Competitor(System):
-    """A queue from PyPI, in its own virtualenv; its programs read BENCH_DB_URL."""
+    """A queue from PyPI, in its own virtualenv; its programs read BENCH_DB_URL. Its
+    handlers are all `async def`, so `sleep` and `async_sleep` are one handler."""
 
+    figures = (*System.figures, *ASYNC_IO)
     requirements: list[str] = []
     clear = ""  # SQL that empties its queue
     unfinished = ""  # SQL that counts its unfinished jobs
@@ -244,11 +281,16 @@ class Competitor(System):
         pg.execute(self.url, self.clear)
         if jobs:
             self._setup([str(self.bin / "python"), str(PROGRAMS / f"{self.name}_app.py"),
-                         "seed", kind, str(jobs)])
+                         "seed", self.handler(kind), str(jobs)])
         pg.execute(self.url, "VACUUM ANALYZE")
 
     def left(self) -> int:
         return pg.scalar(self.url, self.unfinished)
+
+    @staticmethod
+    def handler(kind: str) -> str:
+        """The app's handler for jobs of `kind`."""
+        return kind.removeprefix("async_")
 
 
 class PgQueuer(Competitor):
@@ -260,11 +302,12 @@ class PgQueuer(Competitor):
     def install_argv(self) -> list[str]:
         return [str(self.bin / "pgq"), "--pg-dsn", self.url, "install"]
 
-    def argv(self, kind: str) -> list[str]:
+    def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         # It wants max_concurrent_tasks >= 2 x batch_size: 8 at once takes batches of 4.
-        limit = (["--max-concurrent-tasks", str(SLEEP_CONCURRENCY),
-                  "--batch-size", str(SLEEP_CONCURRENCY // 2)] if kind == "sleep" else [])
-        return [str(self.bin / "pgq"), "run", f"pgqueuer_app:{kind}", "--mode", "drain", *limit]
+        limit = (["--max-concurrent-tasks", str(concurrency),
+                  "--batch-size", str(concurrency // 2)] if concurrency else [])
+        return [str(self.bin / "pgq"), "run", f"pgqueuer_app:{self.handler(kind)}",
+                "--mode", "drain", *limit]
 
 
 class Procrastinate(Competitor):
@@ -278,10 +321,10 @@ class Procrastinate(Competitor):
         return [str(self.bin / "procrastinate"), "--app", "procrastinate_app.app",
                 "schema", "--apply"]
 
-    def argv(self, kind: str) -> list[str]:
-        concurrency = ["--concurrency", str(SLEEP_CONCURRENCY)] if kind == "sleep" else []
+    def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
+        workers = ["--concurrency", str(concurrency)] if concurrency else []
         return [str(self.bin / "procrastinate"), "--app", "procrastinate_app.app", "worker",
-                "--queues", "bench", "--one-shot", *concurrency]
+                "--queues", "bench", "--one-shot", *workers]
 
 
 def all_systems(server: pg.Server, *, competitors: bool = True) -> list[System]:

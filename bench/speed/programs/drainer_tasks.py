@@ -1,6 +1,8 @@
 """The drainer tasks the bench drains (`--tasks drainer_tasks`): a no-op, the same on
-a queue limited to 50 running jobs across drainers, and one that sleeps 10 ms."""
+a queue limited to 50 running jobs across drainers, and 10 ms of waiting, in a thread
+(`time.sleep`) or on the event loop (`async def`, `asyncio.sleep`)."""
 
+import asyncio
 import time
 
 from drainer import task
@@ -19,3 +21,8 @@ def limited(job):
 @task("bench_sleep")
 def sleep(job):
     time.sleep(0.01)
+
+
+@task("bench_async_sleep")
+async def async_sleep(job):
+    await asyncio.sleep(0.01)
