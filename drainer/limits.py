@@ -18,6 +18,7 @@ from .errors import ConfigError
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)s?\s*$")
 _PER = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+MAX_LIMIT = 2**31 - 1  # the claim reads limits as the database's int
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,18 @@ def limits(queue: str, concurrency: int | None, per_group: int | None,
     where = f"@task({queue!r})"
     for name, value in (("concurrency", concurrency), ("per_group", per_group)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ConfigError(f"{where}: {name} must be a whole number from 1 up (jobs "
-                              "running at once across every drainer)")
+                                  or not 1 <= value <= MAX_LIMIT):
+            raise ConfigError(f"{where}: {name} must be a whole number from 1 to "
+                              f"{MAX_LIMIT} (jobs running at once across every drainer)")
     count, per = (None, None) if rate is None else _rate(rate, where)
     return Limits(queue, concurrency, per_group, count, per)
 
 
 def _rate(text: object, where: str) -> tuple[int, float]:
     found = _RATE.match(text) if isinstance(text, str) else None
-    if found is None or int(found[1]) < 1:
+    if found is None or not 1 <= int(found[1]) <= MAX_LIMIT:
         raise ConfigError(f"{where}: rate must look like '100/minute' (per second, minute "
-                          "or hour; at least 1)")
+                          f"or hour; from 1 to {MAX_LIMIT})")
     return int(found[1]), _PER[found[2]]
 
 

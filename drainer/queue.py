@@ -10,7 +10,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -570,12 +570,11 @@ def claim(
 
 def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
             ) -> list[psycopg.Cursor]:
-    """Send the claims `spec` asks for: the plain one for queues without limits, and
-    for those with limits one in a transaction that first takes their locks."""
+    """Send the claims `spec` asks for: for queues with limits one in a transaction
+    that first takes their locks, and the plain one for queues without limits. The
+    limited queues' jobs come first in the batch: they are no more than its free
+    handler slots, so they start at once, never held in the batch behind others."""
     cursors = []
-    if spec.queues:
-        text = claim_sql(spec.size, *claim_kind(conn), now is not None)
-        cursors.append(_claim(conn, text, {"queues": list(spec.queues)}, spec.lease, now))
     if spec.limited:
         _require_sync(conn, limits=True)
         rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
@@ -584,14 +583,27 @@ def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
             # Whatever went before (a batch's write-back) commits on its own: the
             # limited claim's transaction must not take it in, nor make it wait.
             pipeline.sync()
-        outermost = conn.info.transaction_status == TransactionStatus.IDLE
-        with sql.pipeline(conn), sql.transaction(conn):  # one round trip
-            if outermost:  # not a test's savepoint (drainer.testing's in_transaction)
-                sql.run(conn, "read_committed")
+        with _limited_transaction(conn):  # one round trip
             sql.run(conn, "limits_lock", {"limits": rows, "now": now})
             cursors.append(_claim(conn, limited_sql(now is not None),
-                                  {"limits": rows, "rated": rated}, spec.lease, now))
+                                  {"limits": rows, "rated": rated, "take": spec.take},
+                                  spec.lease, now))
+    if spec.queues:
+        text = claim_sql(spec.size, *claim_kind(conn), now is not None)
+        cursors.append(_claim(conn, text, {"queues": list(spec.queues)}, spec.lease, now))
     return cursors
+
+
+@contextmanager
+def _limited_transaction(conn: psycopg.Connection) -> Iterator[None]:
+    """A pipelined transaction for statements on limited queues: read committed (but
+    in a test's savepoint: drainer.testing's in_transaction), without JIT."""
+    outermost = conn.info.transaction_status == TransactionStatus.IDLE
+    with sql.pipeline(conn), sql.transaction(conn):
+        if outermost:
+            sql.run(conn, "read_committed")
+        sql.run(conn, "no_jit")
+        yield
 
 
 def _jobs(cursors: Sequence[psycopg.Cursor]) -> list[Job]:
@@ -897,7 +909,9 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     if not limited:
         return plain
     rows = json.dumps([asdict(lim) for lim in limited])
-    run_at, lease_end = sql.rows(conn, "due_limited", {"limits": rows, "now": now})[0]
+    with _limited_transaction(conn):
+        cursor = sql.run(conn, "due_limited", {"limits": rows, "now": now})
+    run_at, lease_end = cursor.fetchall()[0]
     run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)
     first = _earliest(run_at, lease_end)
     return Due(None if first is None else max(first, plain.now), run_at, lease_end, plain.now)

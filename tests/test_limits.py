@@ -9,13 +9,14 @@ from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import timedelta
 
 import psycopg
 import pytest
 
 import drainer
-from drainer import queue
+from drainer import queue, sql
 from drainer.limits import Limits, limits
 from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
@@ -245,9 +246,9 @@ def test_a_held_back_group_backlog_costs_the_claim_only_its_heads(conn):
     assert len(first) == 5  # one head per group
     with conn.transaction(force_rollback=True):
         [(plan,)] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queue.limited_sql(True), {
-            "limits": json.dumps([grouped.row(10)]), "rated": [],
+            "limits": json.dumps([grouped.row(10)]), "rated": [], "take": 10,
             "lease": timedelta(minutes=5), "now": None}).fetchall()
-    assert 0 < read_from_jobs(plan[0]) < 5_000
+    assert 0 < read_from_jobs(plan[0]) < 10_000  # of 50,000 (it read them all, 8 times)
     assert queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10) == []
 
 
@@ -327,3 +328,66 @@ def test_a_claim_sees_what_committed_while_it_waited_even_under_repeatable_read(
         holder.commit()
         assert claiming.result(timeout=30) == []
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (3,)
+
+
+def test_next_due_of_a_per_group_queue_reads_no_delayed_backlog(conn):
+    """30,000 jobs delayed by a day, one group each (a reminder per customer): nothing
+    is ready, and next_due reads no group's head to learn it (it read every one, 2 s a
+    drain at 100,000)."""
+    conn.execute("""INSERT INTO jobs (queue, payload, run_at, meta)
+        SELECT 'fifo', '{}', now() + interval '1 day', jsonb_build_object('group', 'c' || i)
+        FROM generate_series(1, 30000) i""")
+    conn.execute("ANALYZE jobs")
+    grouped = Limits("fifo", per_group=1)
+    with conn.transaction(force_rollback=True):
+        [(plan,)] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.variant("due_limited"),
+                                 {"limits": json.dumps([asdict(grouped)]), "now": None}
+                                 ).fetchall()
+    assert read_from_jobs(plan[0]) < 5_000
+    [(first,)] = conn.execute("SELECT min(run_at) FROM jobs").fetchall()
+    assert queue.due(conn, [], limited=[grouped]).run_at == first
+
+
+def test_limited_claims_take_no_more_than_the_free_slots_across_their_queues(conn):
+    """`take` is the process's free handler slots, for all its limited queues together:
+    a job claimed beyond them would wait in the batch, holding a place (and a token)
+    another drainer's free slot could use."""
+    for name in ("a", "b", "a", "b"):
+        drainer.enqueue(conn, name, {})
+    capped = [Limits("a", concurrency=5), Limits("b", concurrency=5)]
+    jobs = queue.claim(conn, ["plain"], 10, timedelta(minutes=5), take=1, limited=capped)
+    assert [j.queue for j in jobs] == ["a"]  # the oldest of both
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=2, limited=capped)
+    assert sorted(j.queue for j in jobs) == ["a", "b"]
+
+
+def test_a_drain_starts_its_limited_jobs_first_never_holding_them_in_the_batch(runs, db_url):
+    """One handler slot (--concurrency 1), a plain job of 1 s claimed with a job of a
+    queue limited to 1: the limited job starts first, not after the other."""
+    drainer.enqueue(runs, "capped", {"sleep": 1.0})  # concurrency=3: limited too
+    drainer.enqueue(runs, "single", {})
+    env = clean_env(DRAINER_DATABASE_URL=db_url)
+    proc = subprocess.run([sys.executable, "-m", "drainer", "drain", "--tasks", "limited",
+                           "--concurrency", "1", "--queue", "capped", "--queue", "single"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    waits = dict(runs.execute("SELECT queue, started - claimed FROM limit_runs").fetchall())
+    assert max(waits.values()) < 0.5, waits
+
+
+def test_limited_statements_run_without_jit(conn):
+    """The planner sees the limits' rows as 100 and each queue's scan as its whole
+    table's: a claim of 20,000 jobs was costed past jit_above_cost, and compiled at
+    every claim (120 ms on PostgreSQL 15 with LLVM), under the queues' locks."""
+    conn.execute("SET jit = on")
+    with queue._limited_transaction(conn):
+        cursor = conn.execute("SHOW jit")
+    assert cursor.fetchall() == [("off",)]
+    assert conn.execute("SHOW jit").fetchall() == [("on",)]  # for that transaction only
+
+
+def test_a_limit_beyond_the_databases_int_is_refused_where_declared():
+    for bad in ({"concurrency": 2**31}, {"per_group": 2**31}, {"rate": "3000000000/hour"}):
+        with pytest.raises(drainer.ConfigError, match="2147483647"):
+            drainer.task("big", **bad)
+    assert limits("q", 2**31 - 1, None, None).concurrency == 2**31 - 1

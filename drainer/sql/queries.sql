@@ -128,9 +128,16 @@ RETURNING 1;
 -- repeatable read snapshot, taken at the transaction's first statement, would not.
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
+-- name: no_jit
+-- In a transaction of limited claims or next_due: no JIT compiling. The planner sees
+-- the limits' rows as 100 and their queues' lateral scans as a whole table's, so on a
+-- server with JIT (the default where PostgreSQL has LLVM) a claim of 20,000 jobs was
+-- compiled each time (120 ms, under the queues' locks), though it reads a few rows.
+SET LOCAL jit = off;
+
 -- name: limits_lock
--- Before a limited claim, in its transaction: one lock per limited queue, in one order
--- (no deadlock), held until the claim commits, so two drainers never count a limit's
+-- Before a limited claim, in its transaction: one lock per limited queue, in the order
+-- of their keys (no deadlock, even for two names of one key), held until the claim commits, so two drainers never count a limit's
 -- room at once; the claim that follows is a new statement, whose snapshot sees every
 -- claim committed before the lock was granted. The locks are the statement's rows
 -- (a lock in a CTE nothing reads would never be taken); old starts are pruned on the way.
@@ -144,7 +151,7 @@ WITH l AS (
 )
 SELECT pg_advisory_xact_lock(hashtext('drainer.limit'), hashtext(l.queue))
 FROM l
-ORDER BY l.queue;
+ORDER BY hashtext(l.queue), l.queue;
 
 -- name: limited_eligible
 -- (An expression.) Whether queued job j of limited queue l may start as far as its
@@ -180,12 +187,19 @@ WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds);
 SELECT id FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
 ORDER BY priority DESC, run_at LIMIT 500;
 
+-- name: more_ready
+-- (A condition.) Per-group queue l has more ready jobs than limited_ready's first 500:
+-- only then may group_heads find one those left out (one read of the ready index).
+EXISTS (SELECT FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+        ORDER BY priority DESC, run_at OFFSET 500);
+
 -- name: group_heads
 -- (A subquery.) Each group's first per_group queued or running jobs of per-group queue
 -- l, in id order: the only ones FIFO can let start, one loose-scan probe of
--- jobs_group_idx per group. Read when the first ready jobs (limited_ready) left room:
--- a claim that read every ready job instead took seconds at 200,000 jobs in 5
--- groups, all held back behind their running heads.
+-- jobs_group_idx per group. Read only when the first ready jobs (limited_ready) left
+-- room and more are ready: a claim that read every ready job instead took seconds at
+-- 200,000 jobs in 5 groups, all held back behind their running heads. Its cost grows
+-- with the groups (20,000 groups: 400 ms a claim, when every head waits for a retry).
 WITH RECURSIVE g(name) AS (
   (SELECT meta ->> 'group' FROM jobs
    WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
@@ -212,11 +226,13 @@ j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (:limited_el
 -- many it may take): each queue takes at most the room its limits leave, counted
 -- under limits_lock: its concurrency less its running jobs (a crashed worker's count
 -- until they are reaped), its rate less the starts in its window; then its ready
--- jobs, highest priority then oldest run_at first, that their group lets start. A
+-- jobs, highest priority then oldest run_at first, that their group lets start; and
+-- all queues together no more than %(take)s, the process's free handler slots. A
 -- queue with per_group looks among its first ready jobs, then only if they left room
--- among its groups' heads: the best ready jobs it can start are either among the
--- first or, failing those, among the heads. One arm runs per queue; limited_sql() has
--- the time read when the statement starts, after the locks.
+-- and more are ready, among its groups' heads: the best ready jobs it can start are
+-- either among the first or, failing those, among the heads. One arm runs per queue;
+-- limited_sql() has the time read when the statement starts, after the locks.
+SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
      AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8, take int)
@@ -247,13 +263,16 @@ CROSS JOIN LATERAL (
     SELECT * FROM (
       SELECT j.id, j.priority, j.run_at FROM jobs j
       WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
+        AND (:more_ready)
         AND j.id = ANY(ARRAY(:group_heads)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
         AND (:limited_startable)
       ORDER BY j.priority DESC, j.run_at
       LIMIT n.room - (SELECT count(*) FROM first)
       FOR UPDATE SKIP LOCKED) AS heads
   ) AS grouped
-) AS c;
+) AS c
+) AS ranked
+WHERE ranked.rank <= %(take)s;
 
 -- name: due_limited
 -- `next_due`'s sources for queues with limits: the earliest moment a queued job may
@@ -283,6 +302,7 @@ SELECT min(CASE WHEN NOT s.full AND CASE
                   ELSE EXISTS (SELECT FROM l, t, jobs j WHERE l.queue = s.queue
                                  AND j.id = ANY(ARRAY(:limited_ready)) AND (:limited_startable))
                     OR EXISTS (SELECT FROM l, t, jobs j WHERE l.queue = s.queue
+                                 AND (:more_ready)
                                  AND j.id = ANY(ARRAY(:group_heads)) AND (:limited_startable))
                   END
                 THEN greatest(s.now, s.token)
