@@ -122,6 +122,24 @@ def test_a_drain_process_with_async_tasks_and_sigterm_mid_batch(conn, db_url, tm
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (0,)
 
 
+def test_a_drain_killed_mid_async_job_leaves_it_to_the_reaper(conn, db_url, tmp_path):
+    touch = tmp_path / "started"
+    held = drainer.enqueue(conn, "async", {"touch": str(touch), "sleep": 60})
+    proc = drainer_process(db_url, "--tasks", "asyncy", "--queue", "async")
+    wait_until(touch.exists)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert conn.execute("SELECT status, attempts FROM jobs WHERE id = %s", (held,)
+                        ).fetchone() == ("running", 1)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second', "
+                 "payload = '{}' WHERE id = %s", (held,))  # its lease runs out
+    again = run_cli("drain", "--database-url", db_url, "--tasks", "asyncy", "--queue", "async")
+    assert again.returncode == 0, again.stderr
+    assert (summary_of(again.stdout)["reaped"], summary_of(again.stdout)["done"]) == (1, 1)
+    assert conn.execute("SELECT status, attempts FROM jobs WHERE id = %s", (held,)
+                        ).fetchone() == ("done", 2)
+
+
 def test_an_async_handler_that_exits_fails_its_job_and_the_loop_goes_on(conn):
     """asyncio lets SystemExit out of its loop: it must fail the job, not end the loop
     and leave the drain waiting on it forever."""
