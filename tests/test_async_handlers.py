@@ -1,6 +1,7 @@
 """`async def` handlers on a real PostgreSQL: one event loop for the process,
 --concurrency as the one cap on jobs in flight (async and sync together), a task
-timeout that really cancels, the task's policies, and a real drain process."""
+timeout that really cancels, the task's policies, and a real drain process (SIGTERM
+mid-batch, kill -9 then the reaper)."""
 
 import asyncio
 import signal
