@@ -19,6 +19,7 @@ import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -132,19 +133,9 @@ class Outcome:
     tracebacks: dict[int, str] = field(default_factory=dict)  # failed job id -> trace()
 
 
-# A batch's refill: given what finished so far (to be written back) and the handler
-# slots neither running nor promised to a pending job, the jobs claimed to go on
-# with, and whether the batch may refill again (not when too few were ready, nor at
-# a stop or the deadline).
-Refill = Callable[[Outcome, int], tuple[list[Job], bool]]
-
-
 class Batch:
     """One batch's handlers; `run()` returns when every handler has finished,
-    or when a stop leaves only handlers that outlived the wait bound. With `refill`,
-    the batch goes on: once its last round of jobs has started, what finished is
-    written back and more jobs are claimed while the others run, so its slots do not
-    wait for a write-back and a claim between batches."""
+    or when a stop leaves only handlers that outlived the wait bound."""
 
     def __init__(
         self,
@@ -159,7 +150,6 @@ class Batch:
         confirmed: float | None = None,
         took: Callable[[Job, float], None] | None = None,
         tracebacks: bool = False,
-        refill: Refill | None = None,
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
@@ -167,8 +157,7 @@ class Batch:
         exception's traceback in the outcome (`--verbose`; formatting costs)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
-        self.cap = concurrency  # jobs in flight at most
-        self.slots = min(concurrency, len(jobs))
+        self.slots = min(concurrency, len(jobs))  # jobs in flight at most
         self.lease = lease.total_seconds()
         self.extend = extend
         self.may_start = may_start
@@ -185,18 +174,15 @@ class Batch:
         self.running: dict[int, Job] = {}
         self.started: dict[int, float] = {}  # job id -> when its handler began
         self.timed_out: set[int] = set()
-        self.futures: dict[int, clock.Work] = {}  # async handlers' work, by job id
+        self.futures: dict[int, Future[Any]] = {}  # async handlers' work, by job id
         # Queues whose handler is an `async def`: a thread that must not block may
         # start their jobs (an awaitable from another function takes a pool thread).
         self.async_queues = {q for q, t in self.tasks.items()
                              if inspect.iscoroutinefunction(t.fn)}
         self.outcome = Outcome()
         self.lock = threading.Lock()
-        self.wake = clock.event()  # set when no slot is left, or a refill is due
+        self.idle = clock.event()
         self.active = self.slots
-        self.refill = refill
-        self.refill_asked = False
-        self.reported_lost: set[int] = set()  # lost jobs a refill wrote back already
 
     def _fresh(self) -> bool:
         """Whether the batch's leases were confirmed recently enough to start a job, by
@@ -214,8 +200,7 @@ class Batch:
     def _take(self, without_blocking: bool = False) -> Job | None:
         """The next job, now running, if it may start and the leases are fresh;
         `without_blocking`: only one whose handler is an `async def` (calling it just
-        makes a coroutine), for a thread that must not block. The batch's last round
-        starting asks for a refill."""
+        makes a coroutine), for a thread that must not block."""
         with self.lock:
             job = self._startable()
             if job is None or not self._fresh() or (
@@ -224,10 +209,6 @@ class Batch:
             self.pending.popleft()
             self.running[job.id] = job
             self.started[job.id] = clock.monotonic()
-            if (self.refill is not None and not self.refill_asked
-                    and len(self.pending) <= 2 * self.cap):
-                self.refill_asked = True
-                self.wake.set()
             return job
 
     def _next(self) -> Job | None:
@@ -302,7 +283,7 @@ class Batch:
         with self.lock:
             self.active -= 1
             if not self.active:
-                self.wake.set()
+                self.idle.set()
 
     def _run(self, job: Job) -> bool:
         """Start the job's handler; True when it ended and was recorded here (the slot
@@ -313,14 +294,14 @@ class Batch:
             return self._finish(job, ended)
         return self._hand_over(job, ended)
 
-    def _hand_over(self, job: Job, future: clock.Work) -> bool:
+    def _hand_over(self, job: Job, future: "Future[Any]") -> bool:
         """Leave an async handler's work to the loop, which holds no thread while it
         waits: its done-callback records it and carries the slot on. False: the slot
         went on there."""
         future.add_done_callback(functools.partial(self._done, job))
         return False
 
-    def _done(self, job: Job, future: clock.Work) -> None:
+    def _done(self, job: Job, future: "Future[Any]") -> None:
         """An async handler's work ended (on the loop's thread, as a rule): record it
         and carry its slot on, unless the slot was written off meanwhile."""
         if not self._finish(job, self._ended(job, future)):
@@ -330,7 +311,7 @@ class Batch:
         else:  # it ended before the callback was added: no recursion on this thread
             self._spawn()
 
-    def _call(self, job: Job) -> "Ended | clock.Work":
+    def _call(self, job: Job) -> "Ended | Future[Any]":
         """Call the job's handler: how it ended (what went wrong, None when it
         returned; its kept result; when asked for, the exception's traceback), or when
         it returned an awaitable, the future of that work on the event loop."""
@@ -344,15 +325,15 @@ class Batch:
             return self._raised(job, exc)
         return self._returned(job, result)
 
-    def _submit(self, job: Job, awaitable: Any) -> clock.Work:
+    def _submit(self, job: Job, awaitable: Any) -> "Future[Any]":
         """Run an async handler's work on the process's event loop; a timeout cancels
         it there (`_time_out`)."""
-        future = clock.start_here(awaitable) if clock.on_loop() else clock.run_async(awaitable)
+        future = clock.run_async(awaitable)
         with self.lock:
             self.futures[job.id] = future
         return future
 
-    def _ended(self, job: Job, future: clock.Work) -> "Ended":
+    def _ended(self, job: Job, future: "Future[Any]") -> "Ended":
         """How an async handler's work ended, from its future (waiting if not done)."""
         try:
             result = future.result()
@@ -406,7 +387,7 @@ class Batch:
         with self.lock:
             future = self.futures.get(job.id)
         if future is not None:
-            clock.cancel(future)
+            future.cancel()
 
     def _heartbeat(self) -> bool:
         """Extend the leases of every unfinished job and drop those no longer ours;
@@ -440,58 +421,13 @@ class Batch:
                           if job.id not in self.outcome.lost)
         return min(steady, CANCEL_CHECK) if watched else steady
 
-    def _finished(self) -> Outcome:
-        """What finished since the last refill (the caller holds the lock), taken out
-        of the outcome: each result is written back once."""
-        done = self.outcome
-        part = Outcome(done.succeeded, done.failed, done.results,
-                       lost=done.lost - self.reported_lost, tracebacks=done.tracebacks)
-        self.outcome = Outcome(lost=done.lost)
-        self.reported_lost |= part.lost
-        return part
-
-    def _refill(self) -> None:
-        """Write back what finished and claim more, while the last round runs; the
-        jobs claimed take the free slots (and the others as they free up)."""
-        assert self.refill is not None
-        with self.lock:
-            part = self._finished()
-            free = max(0, self.cap - len(self.running) - len(self.pending))
-        jobs, more = self.refill(part, free)
-        with self.lock:
-            self.refill_asked = False
-            if not more:
-                self.refill = None
-            self.pending.extend(jobs)
-            opened = min(self.cap - self.active, len(jobs))
-            self.active += opened
-        for _ in range(opened):
-            self._carry_on()
-
     def run(self) -> Outcome:
-        try:
-            return self._run_all()
-        except BaseException:
-            with self.lock:  # a refill failed: what the handlers do now changes nothing
-                self.closed = True
-            raise
-
-    def _run_all(self) -> Outcome:
         for _ in range(self.slots):
             self._carry_on()
         interval = min(self.lease / 3, MAX_HEARTBEAT)
         extended = self.confirmed
         stopped_at: float | None = None
-        while True:
-            self.wake.wait(timeout=min(interval, 0.5))
-            with self.lock:
-                self.wake.clear()
-                refill = self.refill is not None and self.refill_asked and not self.closed
-            if refill and not self.stop.is_set():
-                self._refill()  # before an end: its jobs may open slots again
-            with self.lock:
-                if not self.active:
-                    break
+        while not self.idle.wait(timeout=min(interval, 0.5)):
             now = clock.monotonic()
             self._time_out(now)
             if now - max(extended, self.confirmed) >= self._interval(interval):
@@ -503,14 +439,12 @@ class Batch:
             if stopped_at is not None and now - stopped_at >= self.lease:
                 break
         with self.lock:
-            unstarted = list(self.pending)
+            self.outcome.unstarted = list(self.pending)
             # A job still running but already lost is counted lost, not abandoned.
-            abandoned = [job for job in self.running.values()
-                         if job.id not in self.outcome.lost]
+            self.outcome.abandoned = [job for job in self.running.values()
+                                      if job.id not in self.outcome.lost]
             self.closed = True
             self.pending.clear()
-            outcome = self._finished()
-        outcome.unstarted, outcome.abandoned = unstarted, abandoned
-        for job in abandoned:
+        for job in self.outcome.abandoned:
             self._write_off(job)  # past the stop's bound: what it does now changes nothing
-        return outcome
+        return self.outcome
