@@ -34,34 +34,45 @@ def test_async_handlers_run_on_one_loop_up_to_the_concurrency(conn):
     assert sorted(v for (v,) in conn.execute("SELECT result FROM jobs")) == list(range(0, 80, 2))
 
 
+class InFlight:
+    """Handlers that count how many of them run at once, and the most seen."""
+
+    def __init__(self) -> None:
+        self.lock, self.now, self.peak = threading.Lock(), 0, 0
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+
+    def handlers(self, seconds):  # (job -> seconds) -> (async handler, sync handler)
+        async def slow_async(job):
+            self.enter()
+            await asyncio.sleep(seconds(job))
+            self.leave()
+
+        def slow_sync(job):
+            self.enter()
+            time.sleep(seconds(job))
+            self.leave()
+
+        return slow_async, slow_sync
+
+
 def test_sync_and_async_handlers_share_one_cap(conn):
-    lock, in_flight, peak = threading.Lock(), [0], [0]
-
-    def enter() -> None:
-        with lock:
-            in_flight[0] += 1
-            peak[0] = max(peak[0], in_flight[0])
-
-    def leave() -> None:
-        with lock:
-            in_flight[0] -= 1
-
-    async def slow_async(job):
-        enter()
-        await asyncio.sleep(0.05)
-        leave()
-
-    def slow_sync(job):
-        enter()
-        time.sleep(0.05)
-        leave()
+    flight = InFlight()
+    slow_async, slow_sync = flight.handlers(lambda job: 0.05)
 
     drainer.enqueue_many(conn, "x", [{}] * 12)
     drainer.enqueue_many(conn, "y", [{}] * 12)
     summary = drain(conn, {"x": slow_async, "y": slow_sync},
                     Options(["x", "y"], concurrency=4, batch_size=24))
     assert summary.done == 24
-    assert peak[0] == 4
+    assert flight.peak == 4
 
 
 def test_a_timeout_cancels_an_async_handler(conn):
@@ -192,33 +203,15 @@ def test_async_jobs_in_flight_hold_no_thread(conn):
 def test_jobs_sync_and_async_in_turn_never_pass_the_cap(conn):
     """Slots go from a sync job (a thread) to an async one (the loop) and back: the
     jobs in flight together stay at --concurrency."""
-    lock, in_flight, peak = threading.Lock(), [0], [0]
-
-    def enter() -> None:
-        with lock:
-            in_flight[0] += 1
-            peak[0] = max(peak[0], in_flight[0])
-
-    def leave() -> None:
-        with lock:
-            in_flight[0] -= 1
-
-    async def slow_async(job):
-        enter()
-        await asyncio.sleep(0.01 * job.payload["n"])
-        leave()
-
-    def slow_sync(job):
-        enter()
-        time.sleep(0.01 * job.payload["n"])
-        leave()
+    flight = InFlight()
+    slow_async, slow_sync = flight.handlers(lambda job: 0.01 * job.payload["n"])
 
     for n in range(30):  # claimed in id order: the queues take turns
         drainer.enqueue(conn, "x" if n % 2 else "y", {"n": n % 4})
     summary = drain(conn, {"x": slow_async, "y": slow_sync},
                     Options(["x", "y"], concurrency=3, batch_size=30))
     assert summary.done == 30
-    assert 1 < peak[0] <= 3
+    assert 1 < flight.peak <= 3
 
 
 def test_a_timed_out_async_handler_is_cancelled_and_its_slot_goes_on(conn):
