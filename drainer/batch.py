@@ -19,14 +19,13 @@ import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from . import clock
 from .errors import DrainerError, redact
-from .queue import Job, Setback, Undecodable, encode_payload
+from .queue import Job, Setback, Token, Undecodable, encode_payload
 from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)
@@ -128,14 +127,25 @@ class Outcome:
     failed: list[tuple[Job, Setback]] = field(default_factory=list)
     results: dict[int, str] = field(default_factory=dict)  # kept return values, as JSON
     unstarted: list[Job] = field(default_factory=list)
-    lost: set[int] = field(default_factory=set)  # jobs found taken over, never recorded above
+    # Claims (Job.token) found taken over, never recorded above.
+    lost: set[Token] = field(default_factory=set)
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
     tracebacks: dict[int, str] = field(default_factory=dict)  # failed job id -> trace()
 
 
+# A batch's refill: given what finished so far (to be written back) and the handler
+# slots neither running nor promised to a pending job, the jobs claimed to go on
+# with, and whether the batch may refill again (not when too few were ready, nor at
+# a stop or the deadline).
+Refill = Callable[[Outcome, int], tuple[list[Job], bool]]
+
+
 class Batch:
     """One batch's handlers; `run()` returns when every handler has finished,
-    or when a stop leaves only handlers that outlived the wait bound."""
+    or when a stop leaves only handlers that outlived the wait bound. With `refill`,
+    the batch goes on: once its last round of jobs has started, what finished is
+    written back and more jobs are claimed while the others run, so its slots do not
+    wait for a write-back and a claim between batches."""
 
     def __init__(
         self,
@@ -150,6 +160,7 @@ class Batch:
         confirmed: float | None = None,
         took: Callable[[Job, float], None] | None = None,
         tracebacks: bool = False,
+        refill: Refill | None = None,
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
@@ -157,7 +168,8 @@ class Batch:
         exception's traceback in the outcome (`--verbose`; formatting costs)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
-        self.slots = min(concurrency, len(jobs))  # jobs in flight at most
+        self.cap = concurrency  # jobs in flight at most
+        self.slots = min(concurrency, len(jobs))
         self.lease = lease.total_seconds()
         self.extend = extend
         self.may_start = may_start
@@ -171,18 +183,23 @@ class Batch:
         self.confirming = threading.Lock()
         self.unconfirmable = False
         self.closed = False  # set when run() returns: written-off handlers change nothing
-        self.running: dict[int, Job] = {}
-        self.started: dict[int, float] = {}  # job id -> when its handler began
-        self.timed_out: set[int] = set()
-        self.futures: dict[int, Future[Any]] = {}  # async handlers' work, by job id
+        # Per-job state is keyed by the claim's token, (id, attempts): a refill may claim
+        # again a job the batch ran before (a retry whose backoff ended meanwhile).
+        self.running: dict[Token, Job] = {}
+        self.started: dict[Token, float] = {}  # when each handler began
+        self.timed_out: set[Token] = set()
+        self.futures: dict[Token, clock.Work] = {}  # async handlers' work
         # Queues whose handler is an `async def`: a thread that must not block may
         # start their jobs (an awaitable from another function takes a pool thread).
         self.async_queues = {q for q, t in self.tasks.items()
                              if inspect.iscoroutinefunction(t.fn)}
         self.outcome = Outcome()
         self.lock = threading.Lock()
-        self.idle = clock.event()
+        self.wake = clock.event()  # set when no slot is left, or a refill is due
         self.active = self.slots
+        self.refill = refill
+        self.refill_asked = False
+        self.reported_lost: set[Token] = set()  # lost jobs a refill wrote back already
 
     def _fresh(self) -> bool:
         """Whether the batch's leases were confirmed recently enough to start a job, by
@@ -200,15 +217,20 @@ class Batch:
     def _take(self, without_blocking: bool = False) -> Job | None:
         """The next job, now running, if it may start and the leases are fresh;
         `without_blocking`: only one whose handler is an `async def` (calling it just
-        makes a coroutine), for a thread that must not block."""
+        makes a coroutine), for a thread that must not block. The batch's last round
+        starting asks for a refill."""
         with self.lock:
             job = self._startable()
             if job is None or not self._fresh() or (
                     without_blocking and job.queue not in self.async_queues):
                 return None
             self.pending.popleft()
-            self.running[job.id] = job
-            self.started[job.id] = clock.monotonic()
+            self.running[job.token] = job
+            self.started[job.token] = clock.monotonic()
+            if (self.refill is not None and not self.refill_asked
+                    and len(self.pending) <= 2 * self.cap):
+                self.refill_asked = True
+                self.wake.set()
             return job
 
     def _next(self) -> Job | None:
@@ -228,12 +250,13 @@ class Batch:
         """Record a handler's result; False when it came after the job's timeout (its
         slot has gone to another) or after the batch ended: it changes nothing."""
         with self.lock:
-            if job.id in self.timed_out or self.closed:
+            if job.token in self.timed_out or self.closed:
                 return False
-            self.running.pop(job.id, None)
+            self.running.pop(job.token, None)
+            began = self.started.pop(job.token)
             if self.took:
-                self.took(job, clock.monotonic() - self.started[job.id])
-            if job.id in self.outcome.lost:
+                self.took(job, clock.monotonic() - began)
+            if job.token in self.outcome.lost:
                 return True  # no longer ours: its result must change nothing
             setback, kept, traced = ended
             if setback is None:
@@ -283,7 +306,7 @@ class Batch:
         with self.lock:
             self.active -= 1
             if not self.active:
-                self.idle.set()
+                self.wake.set()
 
     def _run(self, job: Job) -> bool:
         """Start the job's handler; True when it ended and was recorded here (the slot
@@ -294,14 +317,14 @@ class Batch:
             return self._finish(job, ended)
         return self._hand_over(job, ended)
 
-    def _hand_over(self, job: Job, future: "Future[Any]") -> bool:
+    def _hand_over(self, job: Job, future: clock.Work) -> bool:
         """Leave an async handler's work to the loop, which holds no thread while it
         waits: its done-callback records it and carries the slot on. False: the slot
         went on there."""
         future.add_done_callback(functools.partial(self._done, job))
         return False
 
-    def _done(self, job: Job, future: "Future[Any]") -> None:
+    def _done(self, job: Job, future: clock.Work) -> None:
         """An async handler's work ended (on the loop's thread, as a rule): record it
         and carry its slot on, unless the slot was written off meanwhile."""
         if not self._finish(job, self._ended(job, future)):
@@ -311,7 +334,7 @@ class Batch:
         else:  # it ended before the callback was added: no recursion on this thread
             self._spawn()
 
-    def _call(self, job: Job) -> "Ended | Future[Any]":
+    def _call(self, job: Job) -> "Ended | clock.Work":
         """Call the job's handler: how it ended (what went wrong, None when it
         returned; its kept result; when asked for, the exception's traceback), or when
         it returned an awaitable, the future of that work on the event loop."""
@@ -325,15 +348,15 @@ class Batch:
             return self._raised(job, exc)
         return self._returned(job, result)
 
-    def _submit(self, job: Job, awaitable: Any) -> "Future[Any]":
+    def _submit(self, job: Job, awaitable: Any) -> clock.Work:
         """Run an async handler's work on the process's event loop; a timeout cancels
         it there (`_time_out`)."""
-        future = clock.run_async(awaitable)
+        future = clock.start_here(awaitable) if clock.on_loop() else clock.run_async(awaitable)
         with self.lock:
-            self.futures[job.id] = future
+            self.futures[job.token] = future
         return future
 
-    def _ended(self, job: Job, future: "Future[Any]") -> "Ended":
+    def _ended(self, job: Job, future: clock.Work) -> "Ended":
         """How an async handler's work ended, from its future (waiting if not done)."""
         try:
             result = future.result()
@@ -341,7 +364,7 @@ class Batch:
             return self._raised(job, exc)
         finally:
             with self.lock:
-                self.futures.pop(job.id, None)
+                self.futures.pop(job.token, None)
         return self._returned(job, result)
 
     def _raised(self, job: Job, exc: BaseException) -> "Ended":
@@ -364,13 +387,13 @@ class Batch:
         with self.lock:
             late = [(job, limit) for job in self.running.values()
                     if (limit := self.tasks[job.queue].timeout) is not None
-                    and now - self.started[job.id] >= limit]
+                    and now - self.started[job.token] >= limit]
             for job, limit in late:
-                del self.running[job.id]
-                self.timed_out.add(job.id)
+                del self.running[job.token], self.started[job.token]
+                self.timed_out.add(job.token)
                 if self.took:
                     self.took(job, limit)
-                if job.id not in self.outcome.lost:
+                if job.token not in self.outcome.lost:
                     late_error = TimeoutError(f"the handler ran longer than its {limit:g} s "
                                               "timeout and was abandoned")
                     self.outcome.failed.append((job, self.tasks[job.queue].policy.judge(
@@ -385,9 +408,9 @@ class Batch:
         async one really stops (CancelledError at its next await)."""
         job.cancelled.set()
         with self.lock:
-            future = self.futures.get(job.id)
+            future = self.futures.get(job.token)
         if future is not None:
-            future.cancel()
+            clock.cancel(future)
 
     def _heartbeat(self) -> bool:
         """Extend the leases of every unfinished job and drop those no longer ours;
@@ -401,14 +424,14 @@ class Batch:
             log.warning("heartbeat failed (%s); leases not extended", exc)
             return False
         with self.lock:
-            gone = {j.id for j in unfinished} - ours
+            gone = {j.token for j in unfinished if j.id not in ours}
             # A job that finished meanwhile keeps its result: its guarded write-back
             # tells whether it was still ours, and it is counted once, there.
-            self.outcome.lost |= gone & (self.running.keys() | {j.id for j in self.pending})
-            self.pending = deque(j for j in self.pending if j.id not in gone)
+            self.outcome.lost |= gone & (self.running.keys() | {j.token for j in self.pending})
+            self.pending = deque(j for j in self.pending if j.token not in gone)
             self.confirmed, self.confirmed_wall = sent, sent_wall
             # Their handlers may stop: nothing they do now changes anything.
-            lost = [job for job in self.running.values() if job.id in self.outcome.lost]
+            lost = [job for job in self.running.values() if job.token in self.outcome.lost]
         for job in lost:
             self._write_off(job)
         return True
@@ -418,16 +441,61 @@ class Batch:
         job's handler watches its `cancelled` (one not yet found lost)."""
         with self.lock:
             watched = any(job.cancel_watched for job in self.running.values()
-                          if job.id not in self.outcome.lost)
+                          if job.token not in self.outcome.lost)
         return min(steady, CANCEL_CHECK) if watched else steady
 
+    def _finished(self) -> Outcome:
+        """What finished since the last refill (the caller holds the lock), taken out
+        of the outcome: each result is written back once."""
+        done = self.outcome
+        part = Outcome(done.succeeded, done.failed, done.results,
+                       lost=done.lost - self.reported_lost, tracebacks=done.tracebacks)
+        self.outcome = Outcome(lost=done.lost)
+        self.reported_lost |= part.lost
+        return part
+
+    def _refill(self) -> None:
+        """Write back what finished and claim more, while the last round runs; the
+        jobs claimed take the free slots (and the others as they free up)."""
+        assert self.refill is not None
+        with self.lock:
+            part = self._finished()
+            free = max(0, self.cap - len(self.running) - len(self.pending))
+        jobs, more = self.refill(part, free)
+        with self.lock:
+            self.refill_asked = False
+            if not more:
+                self.refill = None
+            self.pending.extend(jobs)
+            opened = min(self.cap - self.active, len(jobs))
+            self.active += opened
+        for _ in range(opened):
+            self._carry_on()
+
     def run(self) -> Outcome:
+        try:
+            return self._run_all()
+        except BaseException:
+            with self.lock:  # a refill failed: what the handlers do now changes nothing
+                self.closed = True
+            raise
+
+    def _run_all(self) -> Outcome:
         for _ in range(self.slots):
             self._carry_on()
         interval = min(self.lease / 3, MAX_HEARTBEAT)
         extended = self.confirmed
         stopped_at: float | None = None
-        while not self.idle.wait(timeout=min(interval, 0.5)):
+        while True:
+            self.wake.wait(timeout=min(interval, 0.5))
+            with self.lock:
+                self.wake.clear()
+                refill = self.refill is not None and self.refill_asked and not self.closed
+            if refill and not self.stop.is_set():
+                self._refill()  # before an end: its jobs may open slots again
+            with self.lock:
+                if not self.active:
+                    break
             now = clock.monotonic()
             self._time_out(now)
             if now - max(extended, self.confirmed) >= self._interval(interval):
@@ -439,12 +507,14 @@ class Batch:
             if stopped_at is not None and now - stopped_at >= self.lease:
                 break
         with self.lock:
-            self.outcome.unstarted = list(self.pending)
+            unstarted = list(self.pending)
             # A job still running but already lost is counted lost, not abandoned.
-            self.outcome.abandoned = [job for job in self.running.values()
-                                      if job.id not in self.outcome.lost]
+            abandoned = [job for job in self.running.values()
+                         if job.token not in self.outcome.lost]
             self.closed = True
             self.pending.clear()
-        for job in self.outcome.abandoned:
+            outcome = self._finished()
+        outcome.unstarted, outcome.abandoned = unstarted, abandoned
+        for job in abandoned:
             self._write_off(job)  # past the stop's bound: what it does now changes nothing
-        return self.outcome
+        return outcome

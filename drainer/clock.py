@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from datetime import datetime
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, Union
 
 PROC_STAT = "/proc/self/stat"
 PROC_UPTIME = "/proc/uptime"
@@ -175,6 +175,26 @@ def run_async(awaitable: Awaitable[Any]) -> "Future[Any]":
     """Run `awaitable` on the process's event loop; its future (cancel it to cancel
     the task: asyncio raises CancelledError at its next await)."""
     return _LOOP.submit(awaitable)
+
+
+# Async work on the loop: a thread-safe future (run_async), or on the loop's own
+# thread, the task itself (start_here).
+Work = Union["Future[Any]", "asyncio.Task[Any]"]
+
+
+def start_here(awaitable: Awaitable[Any]) -> "asyncio.Task[Any]":
+    """On the event loop's own thread: `awaitable` as a task of the loop, without
+    run_async's hand-offs (a future on each side, chained, and a wake-up of the loop
+    through its pipe), the most of an async job's cost to the loop."""
+    return asyncio.get_running_loop().create_task(_awaited(awaitable))
+
+
+def cancel(work: Work) -> None:
+    """Cancel async work from any thread: a task, on its loop's thread."""
+    if isinstance(work, asyncio.Task):
+        work.get_loop().call_soon_threadsafe(work.cancel)
+    else:
+        work.cancel()
 
 
 def on_loop() -> bool:

@@ -59,6 +59,9 @@ class Undecodable:
 _CANCELLED_LOCK = threading.Lock()
 
 
+Token = tuple[int, int]  # a claim's ownership token: (id, attempts)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A claimed job. `attempts` is this claim's attempt number: the ownership token."""
@@ -103,6 +106,12 @@ class Job:
         except ValueError:  # another producer's meta: not a slot any schedule wrote
             return None
         return when if when is not None and when.tzinfo is not None else None
+
+    @property
+    def token(self) -> "Token":
+        """(id, attempts): this claim of the job. A later claim of the same job has
+        another (attempts rises with each claim that may run it)."""
+        return self.id, self.attempts
 
     @property
     def cancel_watched(self) -> bool:

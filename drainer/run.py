@@ -276,17 +276,23 @@ class _Steps:
         self.own_hooks = {q: (t.on_failure, t.on_dead) for q, t in self.tasks.items()
                           if t.on_failure or t.on_dead}
         self.spans = traced if traced is not None and traced.recording else None
+        self.on_batch: Callable[[Summary], None] | None = None
+        self.known: dict[queue.Token, queue.Job] = {}  # the running batch's claims
+        self.claimed = 0  # and how many there were
+        self.mark = clock.monotonic()  # when the batch, or its last refill, began
 
     def took(self, job: queue.Job, seconds: float) -> None:
         self.sizer.took(job.queue, seconds)
         if self.spans is not None:
             self.spans.took(job, seconds)
 
-    def claim(self, size: int) -> queue.Claim:
-        # A limited queue takes no more than the process's free handler slots: jobs
-        # waiting in a batch would hold a place its running ones could use.
+    def claim(self, size: int, free: int | None = None) -> queue.Claim:
+        """A claim of `size`, in which limited queues take no more than the process's
+        free handler slots (`free`; all of them between batches): jobs waiting in a
+        batch would hold a place its running ones could use."""
+        slots = self.options.concurrency if free is None else free
         return queue.Claim(self.plain, size, self.options.lease, self.limited,
-                           take=min(size, self.options.concurrency))
+                           take=min(size, slots))
 
     def remaining(self) -> float | None:
         deadline = self.options.deadline
@@ -306,6 +312,7 @@ class _Steps:
     def batches(self, on_batch: Callable[[Summary], None] | None,
                 on_claim: Callable[[], None] | None) -> None:
         """Claim, run and write back until nothing is ready, a stop or the deadline."""
+        self.on_batch = on_batch
         size, self.summary.stopped = self.next_size()
         sent = clock.monotonic()
         spec = self.claim(size)
@@ -316,35 +323,72 @@ class _Steps:
             on_claim()
         while jobs:
             jobs, size, sent = self.batch(jobs, size, sent)
-            if on_batch:
-                on_batch(self.summary)
 
     def batch(self, jobs: list[queue.Job], size: int, sent: float
               ) -> tuple[list[queue.Job], int, float]:
-        """Run one batch and write it back with the next claim: the jobs that claim took,
-        its size and when it was sent."""
-        began = clock.monotonic()
+        """Run one batch, refilled while a full claim's jobs keep coming, and write it
+        back with the next claim: the jobs that claim took, its size and when it was
+        sent."""
+        self.known = {job.token: job for job in jobs}  # the batch's, its refills' too
+        self.claimed = len(jobs)
+        self.mark = clock.monotonic()
         outcome = Batch(
             jobs, self.tasks, concurrency=self.options.concurrency, lease=self.options.lease,
             extend=lambda js: self.link.send(
                 lambda c: queue.extend(c, js, self.options.lease, now=clock.database_now())),
             may_start=self.may_start, stop=self.stop, confirmed=sent, took=self.took,
             tracebacks=self.options.verbose,
+            refill=self.refill if self.refills(size, len(jobs)) else None,
         ).run()
-        started = len(jobs) - len(outcome.unstarted)
-        self.sizer.observe(started, clock.monotonic() - began, full=len(jobs) == size)
+        started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
+        self.sizer.observe(started, clock.monotonic() - self.mark, full=len(jobs) == size)
         if outcome.unstarted and not self.stop.is_set():
             size, self.summary.stopped = 0, "deadline"
         else:
             size, self.summary.stopped = self.next_size()
         sent = clock.monotonic()
-        settled = _settle(self.link, outcome, self.claim(size) if size else None, self.db_now)
-        _record(settled, outcome, self.summary, len(jobs))
+        settled = self.write_back(outcome, self.claim(size) if size else None,
+                                  list(self.known.values()), claimed=self.claimed)
+        return settled.claimed, size, sent
+
+    def refill(self, part: Outcome, free: int) -> tuple[list[queue.Job], bool]:
+        """A running batch's refill (see Batch): write back what finished, with a claim
+        of the next batch's size whose jobs join the batch; it may refill again as
+        long as its claims come back full."""
+        now = clock.monotonic()
+        self.sizer.observe(len(part.succeeded) + len(part.failed), now - self.mark, full=True)
+        self.mark = now
+        size, self.summary.stopped = self.next_size()
+        ran = [*part.succeeded, *(job for job, _ in part.failed),
+               *(self.known[t] for t in part.lost if t in self.known)]
+        settled = self.write_back(part, self.claim(size, free) if size else None, ran)
+        for job in ran:  # written back: a batch refilled for hours holds only its live jobs
+            self.known.pop(job.token, None)
+        self.known.update((job.token, job) for job in settled.claimed)
+        self.claimed += len(settled.claimed)
+        return settled.claimed, self.refills(size, len(settled.claimed))
+
+    def refills(self, size: int, claimed: int) -> bool:
+        """Whether a batch from a claim of `size` that took `claimed` jobs is refilled:
+        when the claim came back full (more are likely ready) and holds two rounds of
+        handlers or more. A smaller one is written back between batches, as a claim
+        while its few handlers run would hold the next jobs' leases for no gain."""
+        return size > 0 and claimed == size and size >= 2 * self.options.concurrency
+
+    def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
+                   jobs: list[queue.Job], claimed: int = 0) -> queue.Settled:
+        """Write `outcome` back with `claim_next`, and count, log, trace and tell the
+        hooks of it; `jobs`: those it may hold, `claimed`: the batch's claimed jobs
+        (counted once, with its last write-back)."""
+        settled = _settle(self.link, outcome, claim_next, self.db_now)
+        _record(settled, outcome, self.summary, claimed)
         _log_failures(settled, outcome)
         if self.spans is not None:
             self.spans.batch(jobs, settled, outcome)
         hooks.run(hooks.calls(settled, outcome.failed, self.own_hooks))
-        return settled.claimed, size, sent
+        if self.on_batch:
+            self.on_batch(self.summary)
+        return settled
 
     def end(self) -> None:
         """Archive, and learn when more work is due."""
@@ -439,8 +483,8 @@ def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed:
     heartbeat found it taken over, or when its guarded write changed nothing."""
     lost = (
         outcome.lost
-        | {job.id for job in outcome.succeeded if job.id not in settled.done}
-        | {job.id for job, _ in outcome.failed if job.id not in settled.failed}
+        | {job.token for job in outcome.succeeded if job.id not in settled.done}
+        | {job.token for job, _ in outcome.failed if job.id not in settled.failed}
     )
     if lost:
         log.warning("jobs lost: %d no longer ours (lease expired and taken over, or "

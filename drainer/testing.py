@@ -40,7 +40,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -252,7 +251,7 @@ class _OnThisThread(Batch):
     def _spawn(self) -> None:
         self._work()
 
-    def _hand_over(self, job: Job, future: "Future[Any]") -> bool:
+    def _hand_over(self, job: Job, future: clock.Work) -> bool:
         return self._finish(job, self._ended(job, future))
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # at run time, queue imports this module
     from opentelemetry.trace import Span
 
     from .batch import Outcome
-    from .queue import Job, Settled
+    from .queue import Job, Settled, Token
 
 _trace: ModuleType | None = None  # opentelemetry.trace, once the process imported it
 
@@ -69,7 +69,7 @@ class DrainTrace:
         self.span: Span = self.tracer.start_span(
             "drainer.drain", attributes={"drainer.queues": list(queues)})
         self.recording = self.span.is_recording()
-        self.times: dict[int, tuple[int, int]] = {}  # job id -> handler start, end (ns)
+        self.times: dict[Token, tuple[int, int]] = {}  # claim -> handler start, end (ns)
 
     @classmethod
     def start(cls, queues: Sequence[str]) -> "DrainTrace | None":
@@ -80,19 +80,19 @@ class DrainTrace:
         """A handler ended (or was written off at its timeout) `seconds` after it began;
         from the batch's `took`, on the handler's thread."""
         end = int(clock.wall() * 1e9)
-        self.times[job.id] = (end - int(seconds * 1e9), end)
+        self.times[job.token] = (end - int(seconds * 1e9), end)
 
     def batch(self, jobs: Sequence["Job"], settled: "Settled", outcome: "Outcome") -> None:
         """End the spans of a written-back batch's jobs."""
         done = {job.id for job in outcome.succeeded}
         failed = {job.id: setback for job, setback in outcome.failed}
         for job in jobs:
-            times = self.times.pop(job.id, None)
+            times = self.times.pop(job.token, None)
             if times is None:
                 continue  # never started, or its handler had not ended
             setback = failed.get(job.id)
             error = None
-            if job.id in outcome.lost:
+            if job.token in outcome.lost:
                 result = "lost"
             elif job.id in done:
                 result = "done" if job.id in settled.done else "lost"

@@ -149,7 +149,7 @@ def test_the_heartbeat_that_finds_the_job_gone_sets_its_event_and_it_is_counted_
 
     outcome = run_batch(job, handler, extend)
     assert saw == [True] and beats[0] == START + CANCEL_CHECK
-    assert outcome.lost == {job.id} and not outcome.succeeded and not outcome.abandoned
+    assert outcome.lost == {job.token} and not outcome.succeeded and not outcome.abandoned
     # Found lost, the job no longer hurries the heartbeats while its handler runs on.
     assert beats[1:3] == [beats[0] + 60 / 3 * k for k in (1, 2)]
 
@@ -169,7 +169,7 @@ def test_a_job_lost_before_its_handler_looks_has_its_event_set_all_the_same(tick
 
     outcome = run_batch(job, handler, extend)
     assert saw == [True] and beats[0] == START + 60 / 3  # no one looked: the steady pace
-    assert outcome.lost == {job.id}
+    assert outcome.lost == {job.token}
 
 
 def test_an_async_handler_whose_job_is_lost_is_cancelled(ticks):
@@ -189,7 +189,7 @@ def test_an_async_handler_whose_job_is_lost_is_cancelled(ticks):
     # The batch is done with the job once its work is cancelled; the handler's own
     # `except` runs at the loop's next turn.
     assert wait_until(lambda: saw, timeout=REAL_WAIT) == ["cancelled"]
-    assert outcome.lost == {job.id} and not outcome.failed and not outcome.abandoned
+    assert outcome.lost == {job.token} and not outcome.failed and not outcome.abandoned
 
 
 def test_a_handler_that_stops_at_the_cancel_changes_nothing_in_the_table(ticks, conn):

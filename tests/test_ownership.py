@@ -231,10 +231,10 @@ def test_a_paused_worker_confirms_before_starting_and_counts_each_job_once(conn,
                           may_start=lambda job: True, stop=threading.Event()).run()
     assert ran == [jobs[0].id]  # the other two were never started
     assert extends and {j.id for j in jobs[1:]} <= set(extends[0])
-    assert {jobs[1].id, jobs[2].id} <= outcome.lost and not outcome.unstarted
+    assert {jobs[1].token, jobs[2].token} <= outcome.lost and not outcome.unstarted
     # Counted once: the first is lost too if the periodic heartbeat saw it first.
-    assert [j.id for j in outcome.succeeded] == [jobs[0].id] or jobs[0].id in outcome.lost
-    assert not {j.id for j in outcome.succeeded} & outcome.lost
+    assert [j.id for j in outcome.succeeded] == [jobs[0].id] or jobs[0].token in outcome.lost
+    assert not {j.token for j in outcome.succeeded} & outcome.lost
 
 
 def test_a_fresh_batch_starts_its_jobs_without_a_heartbeat(conn):
