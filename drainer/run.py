@@ -70,10 +70,12 @@ class Summary:
 class Sizer:
     """How many jobs to claim next.
 
-    Adaptive unless pinned: it doubles while full batches finish well within
-    TARGET seconds (fast handlers, deep queue: fewer round trips per job) and halves
-    when a batch runs long (slow handlers: leave the rest to other drainers). Near
-    the deadline it claims only what the observed handler time says can finish.
+    Adaptive unless pinned: it starts at one round of handlers (START at least),
+    doubles while full batches finish well within TARGET seconds (fast handlers, deep
+    queue: fewer round trips per job) and halves when a batch runs long (slow
+    handlers: leave the rest to other drainers). It never exceeds MAX, or two rounds
+    of handlers when that is more, so a batch can always be refilled while it runs.
+    Near the deadline it claims only what the observed handler time says can finish.
     """
 
     START, MIN, MAX = 10, 1, 500
@@ -82,7 +84,8 @@ class Sizer:
     def __init__(self, pinned: int | None = None, concurrency: int = 1):
         self.pinned = pinned
         self.concurrency = concurrency
-        self.size = pinned or self.START
+        self.most = max(self.MAX, 2 * concurrency)
+        self.size = pinned or min(self.most, max(self.START, concurrency))
         self.per_job: float | None = None  # observed wall seconds per job, smoothed
         self.longest: dict[str, float] = {}  # queue -> the longest handler run seen
 
@@ -101,7 +104,7 @@ class Sizer:
         if wall > 2 * self.TARGET:
             self.size = max(self.MIN, self.size // 2)
         elif full and wall < self.TARGET / 2:
-            self.size = min(self.MAX, self.size * 2)
+            self.size = min(self.most, self.size * 2)
 
     def fits(self, remaining: float | None) -> int:
         """The next claim's size, 0 when no job could finish in `remaining` seconds."""

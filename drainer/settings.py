@@ -172,7 +172,8 @@ TASKS = Setting[list[str]](
 QUEUES = Setting[list[str]]("queues", names, [])  # the command line's is --queue Q, repeated
 BATCH_SIZE = Setting[int | None](
     "batch-size", positive_int, None,
-    "jobs per claim, pinned (default: adaptive, 10 to start, up to 500)", "N")
+    "jobs per claim, pinned (default: adaptive, from one round of --concurrency "
+    "handlers, 10 at least, up to 500 or two rounds)", "N")
 LEASE = Setting(
     "lease", lease_seconds, DEFAULT_LEASE,
     "seconds a claim holds a job before a reaper may take it back; extended while a "

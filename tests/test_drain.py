@@ -232,3 +232,16 @@ def test_sizer_adapts_within_bounds():
     pinned.observe(10, 0.001, full=True)
     assert pinned.fits(None) == 10 and pinned.fits(0.5) == 10  # estimate: 0.1 ms/job
     assert pinned.fits(0.0) == 0
+
+
+def test_sizer_starts_at_one_round_of_handlers_and_holds_two_at_most():
+    """A first claim smaller than --concurrency leaves slots idle; a batch capped
+    below two rounds of handlers could never be refilled while it runs."""
+    assert Sizer(concurrency=4).size == Sizer.START  # 10 at least
+    assert Sizer(concurrency=100).size == 100
+    wide = Sizer(concurrency=800)
+    assert wide.size == 800
+    for _ in range(5):
+        wide.observe(wide.size, 0.001, full=True)
+    assert wide.size == 1600  # two rounds, past the usual 500
+    assert Sizer(pinned=7, concurrency=800).size == 7
