@@ -125,27 +125,28 @@ class Outcome:
 
     succeeded: list[Job] = field(default_factory=list)
     failed: list[tuple[Job, Setback]] = field(default_factory=list)
-    results: dict[int, str] = field(default_factory=dict)  # kept return values, as JSON
+    results: dict[Token, str] = field(default_factory=dict)  # kept return values, as JSON
     unstarted: list[Job] = field(default_factory=list)
     # Claims (Job.token) found taken over, never recorded above.
     lost: set[Token] = field(default_factory=set)
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
-    tracebacks: dict[int, str] = field(default_factory=dict)  # failed job id -> trace()
+    tracebacks: dict[Token, str] = field(default_factory=dict)  # failed claim -> trace()
 
 
-# A batch's refill: given what finished so far (to be written back) and the handler
-# slots neither running nor promised to a pending job, the jobs claimed to go on
-# with, and whether the batch may refill again (not when too few were ready, nor at
-# a stop or the deadline).
-Refill = Callable[[Outcome, int], tuple[list[Job], bool]]
+# A batch's refill: given what finished so far (to be written back), the jobs claimed
+# to go on with, and whether the batch may refill again (not when too few were ready,
+# nor at a stop or the deadline).
+Refill = Callable[[Outcome], tuple[list[Job], bool]]
 
 
 class Batch:
     """One batch's handlers; `run()` returns when every handler has finished,
     or when a stop leaves only handlers that outlived the wait bound. With `refill`,
-    the batch goes on: once its last round of jobs has started, what finished is
-    written back and more jobs are claimed while the others run, so its slots do not
-    wait for a write-back and a claim between batches."""
+    the batch goes on: once its last rounds of jobs have started, what finished is
+    written back and more jobs are claimed, on a pool thread, while the others run,
+    so its slots do not wait for a write-back and a claim between batches. A refill
+    that fails ends the batch as a stop would (nothing more starts; what never started
+    is given back by the last write-back), and `failure` holds its error."""
 
     def __init__(
         self,
@@ -154,7 +155,7 @@ class Batch:
         *,
         concurrency: int,
         lease: timedelta,
-        extend: Callable[[list[Job]], set[int]],
+        extend: Callable[[list[Job]], set[Token]],
         may_start: Callable[[Job], bool],
         stop: threading.Event,
         confirmed: float | None = None,
@@ -199,6 +200,9 @@ class Batch:
         self.active = self.slots
         self.refill = refill
         self.refill_asked = False
+        self.refilled = clock.event()  # clear while a refill's round trip is out
+        self.refilled.set()
+        self.failure: BaseException | None = None  # a refill's error
         self.reported_lost: set[Token] = set()  # lost jobs a refill wrote back already
 
     def _fresh(self) -> bool:
@@ -210,7 +214,8 @@ class Batch:
 
     def _startable(self) -> Job | None:
         """The pending job that may start next; the caller holds the lock."""
-        if self.pending and not self.closed and self.may_start(self.pending[0]):
+        if (self.pending and not self.closed and self.failure is None
+                and self.may_start(self.pending[0])):
             return self.pending[0]
         return None
 
@@ -262,11 +267,11 @@ class Batch:
             if setback is None:
                 self.outcome.succeeded.append(job)
                 if kept is not None:
-                    self.outcome.results[job.id] = kept
+                    self.outcome.results[job.token] = kept
                 return True
             self.outcome.failed.append((job, setback))
             if traced is not None:
-                self.outcome.tracebacks[job.id] = traced
+                self.outcome.tracebacks[job.token] = traced
             return True
 
     def _slot(self, take: Callable[[], Job | None], end: Callable[[], None]) -> None:
@@ -424,7 +429,7 @@ class Batch:
             log.warning("heartbeat failed (%s); leases not extended", exc)
             return False
         with self.lock:
-            gone = {j.token for j in unfinished if j.id not in ours}
+            gone = {j.token for j in unfinished if j.token not in ours}
             # A job that finished meanwhile keeps its result: its guarded write-back
             # tells whether it was still ours, and it is counted once, there.
             self.outcome.lost |= gone & (self.running.keys() | {j.token for j in self.pending})
@@ -454,29 +459,48 @@ class Batch:
         self.reported_lost |= part.lost
         return part
 
-    def _refill(self) -> None:
-        """Write back what finished and claim more, while the last round runs; the
-        jobs claimed take the free slots (and the others as they free up)."""
-        assert self.refill is not None
-        with self.lock:
-            part = self._finished()
-            free = max(0, self.cap - len(self.running) - len(self.pending))
-        jobs, more = self.refill(part, free)
-        with self.lock:
-            self.refill_asked = False
-            if not more:
-                self.refill = None
-            self.pending.extend(jobs)
-            opened = min(self.cap - self.active, len(jobs))
-            self.active += opened
-        for _ in range(opened):
-            self._carry_on()
+    def _refill_due(self) -> tuple[Refill, Outcome] | None:
+        """The refill to send now, with what finished (taken out of the outcome), when
+        one was asked for and none is out; the caller holds the lock."""
+        if (self.refill is None or not self.refill_asked or self.closed or self.stop.is_set()
+                or self.failure is not None or not self.refilled.is_set()):
+            return None
+        self.refilled.clear()
+        return self.refill, self._finished()
+
+    def _refill(self, refill: Refill, part: Outcome) -> None:
+        """On a pool thread: write `part` back and claim more, while run()'s thread goes
+        on with heartbeats, timeouts and the stop, and opens slots for what comes."""
+        jobs: list[Job] = []
+        more = False
+        try:
+            jobs, more = refill(part)
+        except BaseException as exc:  # noqa: BLE001 - run() ends the batch, the caller raises
+            with self.lock:
+                self.failure = exc
+        finally:
+            with self.lock:
+                self.pending.extend(jobs)
+                self.refill_asked = False
+                if not more:
+                    self.refill = None
+            self.refilled.set()
+            self.wake.set()
+
+    def _top_up(self) -> int:
+        """Open slots for startable jobs no slot will take (a refill's, or some that
+        came as a slot was leaving); the caller holds the lock. How many it opened."""
+        if self.unconfirmable or self._startable() is None:
+            return 0
+        opened = max(0, min(self.cap - self.active, len(self.pending)))
+        self.active += opened
+        return opened
 
     def run(self) -> Outcome:
         try:
             return self._run_all()
         except BaseException:
-            with self.lock:  # a refill failed: what the handlers do now changes nothing
+            with self.lock:  # the batch is over: what the handlers do now changes nothing
                 self.closed = True
             raise
 
@@ -490,22 +514,25 @@ class Batch:
             self.wake.wait(timeout=min(interval, 0.5))
             with self.lock:
                 self.wake.clear()
-                refill = self.refill is not None and self.refill_asked and not self.closed
-            if refill and not self.stop.is_set():
-                self._refill()  # before an end: its jobs may open slots again
-            with self.lock:
-                if not self.active:
-                    break
+                refill = self._refill_due()
+                opened = self._top_up()
+                if not self.active and self.refilled.is_set():
+                    break  # a refill out may bring jobs: wait for it
+            if refill is not None:
+                clock.spawn(functools.partial(self._refill, *refill))
+            for _ in range(opened):
+                self._carry_on()
             now = clock.monotonic()
             self._time_out(now)
             if now - max(extended, self.confirmed) >= self._interval(interval):
                 self._heartbeat()
                 extended = now
-            if self.stop.is_set() and stopped_at is None:
+            if (self.stop.is_set() or self.failure is not None) and stopped_at is None:
                 stopped_at = now
             # After a stop, running handlers get at most one lease to finish.
             if stopped_at is not None and now - stopped_at >= self.lease:
                 break
+        self.refilled.wait()  # what a refill out claims is given back with the rest
         with self.lock:
             unstarted = list(self.pending)
             # A job still running but already lost is counted lost, not abandoned.

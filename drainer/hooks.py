@@ -32,8 +32,8 @@ from .queue import Job, Setback, Settled
 log = logging.getLogger(__name__)
 
 Hook = Callable[[Job, str], object]
-# The seconds the drain waits for one batch's hooks in all, before it goes on without
-# them. The next batch is claimed already: its leases run meanwhile.
+# The seconds the drain waits for one write-back's hooks in all, before it goes on
+# without them. The next batch is claimed already: its leases run meanwhile.
 HOOK_TIMEOUT = 5.0
 
 _FAILURE: list[Hook] = []
@@ -84,7 +84,7 @@ def calls(settled: Settled, failed: Sequence[tuple[Job, Setback]],
     if not (_FAILURE or _DEAD or own):
         return made
     for job, setback in failed:
-        failure = settled.failed.get(job.id)
+        failure = settled.failed.get(job.token)
         if failure is None or setback.then == "snooze":
             continue  # lost, or snoozed: not a failure
         task_failure, task_dead = own.get(job.queue, (None, None))

@@ -704,7 +704,7 @@ class _PayloadLoader(JsonbLoader):
 
 def complete(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
     """Mark jobs done; returns the ids that were still ours (the others are lost)."""
-    return settle(conn, jobs, (), ()).done
+    return {job_id for job_id, _ in settle(conn, jobs, (), ()).done}
 
 
 def fail(
@@ -719,12 +719,13 @@ def fail(
     Returns {id: new status} for the jobs that were still ours.
     """
     failed = settle(conn, (), failures, (), now=now).failed
-    return {job_id: failure.status for job_id, failure in failed.items()}
+    return {job_id: failure.status for (job_id, _), failure in failed.items()}
 
 
 def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
-    """Give back claimed jobs that never started, attempt included."""
-    return settle(conn, (), (), jobs).released
+    """Give back claimed jobs that never started, attempt included; returns the ids
+    that were still ours."""
+    return {job_id for job_id, _ in settle(conn, (), (), jobs).released}
 
 
 def extend(
@@ -735,10 +736,17 @@ def extend(
     now: datetime | None = None,
 ) -> set[int]:
     """Push the leases of running jobs forward; returns the ids still ours."""
+    return {job_id for job_id, _ in extend_claims(conn, jobs, lease, now=now)}
+
+
+def extend_claims(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelta, *,
+                  now: datetime | None = None) -> set[Token]:
+    """`extend`, returning the claims (id, attempts) still ours: a batch may hold two
+    claims of one job, the older taken over."""
     if not jobs:
         return set()
     params = {**_pairs(jobs), "lease": lease, "now": now}
-    return {row[0] for row in sql.rows(conn, "extend", params)}
+    return {(row[0], row[1]) for row in sql.rows(conn, "extend", params)}
 
 
 def _guarded(
@@ -776,26 +784,28 @@ class Failure(NamedTuple):
 
 @dataclass
 class Settled:
-    """What writing a batch back found: the ids done, {id: Failure} of the failures
-    and the ids released that were still ours (a job in none was no longer ours), and
-    the next batch."""
+    """What writing a batch back found, by claim (Job.token: one write-back may hold
+    two claims of a job, the older no longer ours): the claims done, {claim: Failure}
+    of the failures and the claims released that were still ours (a claim in none was
+    no longer ours), and the next batch."""
 
-    done: set[int]
-    failed: dict[int, Failure]
-    released: set[int]
+    done: set[Token]
+    failed: dict[Token, Failure]
+    released: set[Token]
     claimed: list[Job]
 
 
 def _settled(rows: Iterable[tuple[Any, ...]], claimed: list[Job]) -> Settled:
-    """Sort `settle`'s rows (id, target, status, run_at) by target."""
+    """Sort `settle`'s rows (id, attempts, target, status, run_at) by target."""
     settled = Settled(done=set(), failed={}, released=set(), claimed=claimed)
-    for job_id, target, status, run_at in rows:
+    for job_id, attempts, target, status, run_at in rows:
+        token = (job_id, attempts)
         if target == "done":
-            settled.done.add(job_id)
+            settled.done.add(token)
         elif target == "queued":
-            settled.released.add(job_id)
+            settled.released.add(token)
         else:  # a setback: retry, failed or snooze
-            settled.failed[job_id] = Failure(status, run_at)
+            settled.failed[token] = Failure(status, run_at)
     return settled
 
 
@@ -805,23 +815,23 @@ def settle(
     failures: Failures,
     unstarted: Sequence[Job],
     *,
-    results: Mapping[int, str] | None = None,
+    results: Mapping[Token, str] | None = None,
     claim_next: Claim | None = None,
     also: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """Complete, fail and release a batch's jobs in one guarded statement, and claim
     the next batch (queues, size, lease), in one round trip: the statements go out
-    together in pipeline mode. `results` ({id: JSON text}) are the return values of
+    together in pipeline mode. `results` ({claim: JSON text}) are the return values of
     succeeded jobs whose task keeps them, written first; `also(conn)` sends more
     statements in the same round trip (their answers are not read). Only what there
     is to send is sent."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
     with sql.pipeline(conn):
         if results:
-            kept = [job for job in succeeded if job.id in results]
+            kept = [job for job in succeeded if job.token in results]
             sql.run(conn, "keep_results", {**_pairs(kept),
-                                           "results": [results[job.id] for job in kept]})
+                                           "results": [results[job.token] for job in kept]})
         written = sql.run(conn, "settle", params) if params else None
         if also is not None:
             also(conn)
@@ -834,7 +844,7 @@ def settle_again(
     succeeded: Sequence[Job],
     failures: Failures,
     *,
-    results: Mapping[int, str] | None = None,
+    results: Mapping[Token, str] | None = None,
     claim_next: Claim | None = None,
     also: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
@@ -844,19 +854,19 @@ def settle_again(
     completions and failures of the first send that had landed (else reported lost)."""
     settled = settle(conn, succeeded, failures, (), results=results, claim_next=claim_next,
                      also=also, now=now)
-    done = [job for job in succeeded if job.id not in settled.done]
-    failed = [(job, _setback(f)) for job, f in failures if job.id not in settled.failed]
+    done = [job for job in succeeded if job.token not in settled.done]
+    failed = [(job, _setback(f)) for job, f in failures if job.token not in settled.failed]
     if done or failed:
         jobs = [*done, *(job for job, _ in failed)]
         params = {**_pairs(jobs),
                   "targets": _literal(["done"] * len(done) + [s.then for _, s in failed]),
                   "errors": [None] * len(done) + [storable(s.error, conn) for _, s in failed],
                   "budgets": [job.max_attempts for job in jobs]}
-        for job_id, status, run_at in sql.rows(conn, "landed", params):
+        for job_id, attempts, status, run_at in sql.rows(conn, "landed", params):
             if status == "done":
-                settled.done.add(job_id)
+                settled.done.add((job_id, attempts))
             else:
-                settled.failed[job_id] = Failure(status, run_at)
+                settled.failed[job_id, attempts] = Failure(status, run_at)
     return settled
 
 

@@ -280,8 +280,8 @@ class _Steps:
                           if t.on_failure or t.on_dead}
         self.spans = traced if traced is not None and traced.recording else None
         self.on_batch: Callable[[Summary], None] | None = None
-        self.known: dict[queue.Token, queue.Job] = {}  # the running batch's claims
-        self.claimed = 0  # and how many there were
+        # The running batch's claims not yet written back (and those found lost).
+        self.known: dict[queue.Token, queue.Job] = {}
         self.mark = clock.monotonic()  # when the batch, or its last refill, began
 
     def took(self, job: queue.Job, seconds: float) -> None:
@@ -289,13 +289,12 @@ class _Steps:
         if self.spans is not None:
             self.spans.took(job, seconds)
 
-    def claim(self, size: int, free: int | None = None) -> queue.Claim:
+    def claim(self, size: int) -> queue.Claim:
         """A claim of `size`, in which limited queues take no more than the process's
-        free handler slots (`free`; all of them between batches): jobs waiting in a
-        batch would hold a place its running ones could use."""
-        slots = self.options.concurrency if free is None else free
+        handler slots, all free between batches: jobs waiting in a batch would hold a
+        place its running ones could use."""
         return queue.Claim(self.plain, size, self.options.lease, self.limited,
-                           take=min(size, slots))
+                           take=min(size, self.options.concurrency))
 
     def remaining(self) -> float | None:
         deadline = self.options.deadline
@@ -333,28 +332,32 @@ class _Steps:
         back with the next claim: the jobs that claim took, its size and when it was
         sent."""
         self.known = {job.token: job for job in jobs}  # the batch's, its refills' too
-        self.claimed = len(jobs)
         self.mark = clock.monotonic()
-        outcome = Batch(
+        running = Batch(
             jobs, self.tasks, concurrency=self.options.concurrency, lease=self.options.lease,
             extend=lambda js: self.link.send(
-                lambda c: queue.extend(c, js, self.options.lease, now=clock.database_now())),
+                lambda c: queue.extend_claims(c, js, self.options.lease,
+                                              now=clock.database_now())),
             may_start=self.may_start, stop=self.stop, confirmed=sent, took=self.took,
             tracebacks=self.options.verbose,
-            refill=self.refill if self.refills(size, len(jobs)) else None,
-        ).run()
+            refill=self.refill if self.refills(size, len(jobs)) else None)
+        outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
         self.sizer.observe(started, clock.monotonic() - self.mark, full=len(jobs) == size)
-        if outcome.unstarted and not self.stop.is_set():
+        if running.failure is not None:
+            size = 0  # write back what finished and give back what never started
+        elif outcome.unstarted and not self.stop.is_set():
             size, self.summary.stopped = 0, "deadline"
         else:
             size, self.summary.stopped = self.next_size()
         sent = clock.monotonic()
         settled = self.write_back(outcome, self.claim(size) if size else None,
-                                  list(self.known.values()), claimed=self.claimed)
+                                  list(self.known.values()))
+        if running.failure is not None:
+            raise running.failure
         return settled.claimed, size, sent
 
-    def refill(self, part: Outcome, free: int) -> tuple[list[queue.Job], bool]:
+    def refill(self, part: Outcome) -> tuple[list[queue.Job], bool]:
         """A running batch's refill (see Batch): write back what finished, with a claim
         of the next batch's size whose jobs join the batch; it may refill again as
         long as its claims come back full."""
@@ -362,29 +365,33 @@ class _Steps:
         self.sizer.observe(len(part.succeeded) + len(part.failed), now - self.mark, full=True)
         self.mark = now
         size, self.summary.stopped = self.next_size()
-        ran = [*part.succeeded, *(job for job, _ in part.failed),
-               *(self.known[t] for t in part.lost if t in self.known)]
-        settled = self.write_back(part, self.claim(size, free) if size else None, ran)
-        for job in ran:  # written back: a batch refilled for hours holds only its live jobs
+        ended = [*part.succeeded, *(job for job, _ in part.failed)]
+        lost = [self.known[t] for t in part.lost if t in self.known]
+        settled = self.write_back(part, self.claim(size) if size else None, [*ended, *lost])
+        # Written back: a batch refilled for hours holds only its live jobs. A lost job
+        # stays, for the span its handler's end still owes (tracing).
+        for job in ended:
             self.known.pop(job.token, None)
         self.known.update((job.token, job) for job in settled.claimed)
-        self.claimed += len(settled.claimed)
         return settled.claimed, self.refills(size, len(settled.claimed))
 
     def refills(self, size: int, claimed: int) -> bool:
         """Whether a batch from a claim of `size` that took `claimed` jobs is refilled:
         when the claim came back full (more are likely ready) and holds two rounds of
         handlers or more. A smaller one is written back between batches, as a claim
-        while its few handlers run would hold the next jobs' leases for no gain."""
-        return size > 0 and claimed == size and size >= 2 * self.options.concurrency
+        while its few handlers run would hold the next jobs' leases for no gain. Nor
+        is a drain with limited queues: its refills, made while every slot is taken,
+        could claim none of their jobs (never more than the free slots) for as long as
+        the other queues keep the batch full."""
+        return (size > 0 and claimed == size and size >= 2 * self.options.concurrency
+                and not self.limited)
 
     def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
-                   jobs: list[queue.Job], claimed: int = 0) -> queue.Settled:
+                   jobs: list[queue.Job]) -> queue.Settled:
         """Write `outcome` back with `claim_next`, and count, log, trace and tell the
-        hooks of it; `jobs`: those it may hold, `claimed`: the batch's claimed jobs
-        (counted once, with its last write-back)."""
+        hooks of it; `jobs`: those it may hold."""
         settled = _settle(self.link, outcome, claim_next, self.db_now)
-        _record(settled, outcome, self.summary, claimed)
+        _record(settled, outcome, self.summary)
         _log_failures(settled, outcome)
         if self.spans is not None:
             self.spans.batch(jobs, settled, outcome)
@@ -481,19 +488,21 @@ def _settle(link: Link, outcome: Outcome, claim_next: queue.Claim | None,
                                      also=also, now=clock.database_now()))
 
 
-def _record(settled: queue.Settled, outcome: Outcome, summary: Summary, claimed: int) -> None:
+def _record(settled: queue.Settled, outcome: Outcome, summary: Summary) -> None:
     """Count a batch's results as written back, each job once: a job is lost when the
-    heartbeat found it taken over, or when its guarded write changed nothing."""
+    heartbeat found it taken over, or when its guarded write changed nothing. Claimed
+    counts the jobs written back here (not those given back unstarted, nor those
+    abandoned still running), so that claimed = done + retried + failed + lost."""
     lost = (
         outcome.lost
-        | {job.token for job in outcome.succeeded if job.id not in settled.done}
-        | {job.token for job, _ in outcome.failed if job.id not in settled.failed}
+        | {job.token for job in outcome.succeeded if job.token not in settled.done}
+        | {job.token for job, _ in outcome.failed if job.token not in settled.failed}
     )
     if lost:
         log.warning("jobs lost: %d no longer ours (lease expired and taken over, or "
                     "cancelled)", len(lost))
     statuses = [failure.status for failure in settled.failed.values()]
-    summary.claimed += claimed - len(outcome.unstarted) - len(outcome.abandoned)
+    summary.claimed += len(outcome.succeeded) + len(outcome.failed) + len(outcome.lost)
     summary.done += len(settled.done)
     summary.failed += sum(1 for s in statuses if s == "failed")
     summary.retried += sum(1 for s in statuses if s == "queued")
@@ -505,7 +514,7 @@ def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:
     summary's counts alone (`retried 14`) leave a user no way to learn why short of
     psql. A failure no longer ours changed nothing and is counted lost instead."""
     for job, setback in outcome.failed:
-        failure = settled.failed.get(job.id)
+        failure = settled.failed.get(job.token)
         if failure is None:
             continue
         if setback.then == "snooze":
@@ -514,7 +523,7 @@ def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:
                      extra={"data": {"event": "job_snoozed", "id": job.id, "queue": job.queue,
                                      "until": failure.run_at}})
         else:
-            _log_failure(job, setback, failure, outcome.tracebacks.get(job.id))
+            _log_failure(job, setback, failure, outcome.tracebacks.get(job.token))
 
 
 def _log_failure(job: queue.Job, setback: queue.Setback, failure: queue.Failure,

@@ -285,12 +285,13 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
                               now=clock.database_now()):
         outcome = _OnThisThread(
             jobs, handling, concurrency=1, lease=options.lease,
-            extend=lambda js: queue.extend(conn, js, options.lease, now=clock.database_now()),
+            extend=lambda js: queue.extend_claims(conn, js, options.lease,
+                                                  now=clock.database_now()),
             may_start=lambda job: True, stop=threading.Event(), tracebacks=options.verbose,
         ).run()
         settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
                                results=outcome.results, now=clock.database_now())
-        run._record(settled, outcome, summary, len(jobs))
+        run._record(settled, outcome, summary)
         run._log_failures(settled, outcome)
     due = queue.due(conn, plain, limited=limited, now=clock.database_now())
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (

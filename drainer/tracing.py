@@ -84,21 +84,21 @@ class DrainTrace:
 
     def batch(self, jobs: Sequence["Job"], settled: "Settled", outcome: "Outcome") -> None:
         """End the spans of a written-back batch's jobs."""
-        done = {job.id for job in outcome.succeeded}
-        failed = {job.id: setback for job, setback in outcome.failed}
+        done = {job.token for job in outcome.succeeded}
+        failed = {job.token: setback for job, setback in outcome.failed}
         for job in jobs:
             times = self.times.pop(job.token, None)
             if times is None:
                 continue  # never started, or its handler had not ended
-            setback = failed.get(job.id)
+            setback = failed.get(job.token)
             error = None
             if job.token in outcome.lost:
                 result = "lost"
-            elif job.id in done:
-                result = "done" if job.id in settled.done else "lost"
-            elif setback is not None and job.id in settled.failed:
+            elif job.token in done:
+                result = "done" if job.token in settled.done else "lost"
+            elif setback is not None and job.token in settled.failed:
                 result = {"snooze": "snoozed"}.get(setback.then) or (
-                    "retry" if settled.failed[job.id].status == "queued" else "failed")
+                    "retry" if settled.failed[job.token].status == "queued" else "failed")
                 error = None if result == "snoozed" else setback.error
             else:
                 result = "lost"

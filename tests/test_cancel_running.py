@@ -16,7 +16,7 @@ import drainer
 from drainer import batch, clock, queue, run
 from drainer.batch import CANCEL_CHECK, MAX_HEARTBEAT
 from drainer.db import connect
-from drainer.queue import Job
+from drainer.queue import Job, Token
 from drainer.run import Summary
 from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until
@@ -70,7 +70,7 @@ def ticks(monkeypatch) -> Ticks:
     return fake
 
 
-def run_batch(job: Job, handler: Callable[[Job], None], extend: Callable[[list[Job]], set[int]],
+def run_batch(job: Job, handler: Callable[[Job], None], extend: Callable[[list[Job]], set[Token]],
               lease: float = 60) -> batch.Outcome:
     return batch.Batch([job], {"default": handler}, concurrency=1,
                        lease=timedelta(seconds=lease), extend=extend,
@@ -120,11 +120,11 @@ def test_heartbeats_come_every_cancel_check_only_while_a_handler_looks(ticks, lo
         ticks.ready.set()
         release.wait(REAL_WAIT)
 
-    def extend(js: list[Job]) -> set[int]:
+    def extend(js: list[Job]) -> set[Token]:
         beats.append(ticks.now)
         if len(beats) == 3:
             release.set()
-        return {j.id for j in js}
+        return {j.token for j in js}
 
     outcome = run_batch(job, handler, extend, lease)
     steady = min(lease / 3, MAX_HEARTBEAT)
@@ -143,7 +143,7 @@ def test_the_heartbeat_that_finds_the_job_gone_sets_its_event_and_it_is_counted_
         saw.append(cancelled.wait(REAL_WAIT))
         wait_until(lambda: len(beats) >= 3, timeout=REAL_WAIT)  # then returns normally
 
-    def extend(js: list[Job]) -> set[int]:
+    def extend(js: list[Job]) -> set[Token]:
         beats.append(ticks.now)
         return set()  # cancelled meanwhile
 
@@ -163,7 +163,7 @@ def test_a_job_lost_before_its_handler_looks_has_its_event_set_all_the_same(tick
         wait_until(lambda: j.cancel_watched, timeout=REAL_WAIT)
         saw.append(j.cancelled.wait(REAL_WAIT))
 
-    def extend(js: list[Job]) -> set[int]:
+    def extend(js: list[Job]) -> set[Token]:
         beats.append(ticks.now)
         return set()  # taken over
 
@@ -204,11 +204,11 @@ def test_a_handler_that_stops_at_the_cancel_changes_nothing_in_the_table(ticks, 
         saw.append(cancelled.wait(REAL_WAIT))
 
     outcome = run_batch(job, handler,
-                        lambda js: queue.extend(conn, js, timedelta(seconds=60)))
+                        lambda js: queue.extend_claims(conn, js, timedelta(seconds=60)))
     assert saw == [True]
     summary = Summary()
     run._record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
-                outcome, summary, 1)
+                outcome, summary)
     assert (summary.claimed, summary.done, summary.failed, summary.lost) == (1, 0, 0, 1)
     # Even written back as done, its result changes nothing: the write is guarded.
     assert queue.settle(conn, [job], [], []).done == set()

@@ -109,10 +109,11 @@ def test_settle_returns_each_failures_new_run_at(conn):
     [job] = drainer.claim(conn, ["default"], 1, timedelta(minutes=5))
     settled = queue.settle(conn, (), [(job, "boom")], ())
     run_at = conn.execute("SELECT run_at FROM jobs").fetchone()[0]
-    assert list(settled.failed) == [job.id]
-    assert (settled.failed[job.id].status, settled.failed[job.id].run_at) == ("queued", run_at)
+    assert list(settled.failed) == [job.token]
+    assert (settled.failed[job.token].status, settled.failed[job.token].run_at) == (
+        "queued", run_at)
     again = queue.settle_again(conn, (), [(job, "boom")])  # its first answer was lost
-    assert (again.failed[job.id].status, again.failed[job.id].run_at) == ("queued", run_at)
+    assert (again.failed[job.token].status, again.failed[job.token].run_at) == ("queued", run_at)
 
 
 # --- the hint at the end of a drain ---------------------------------------------------

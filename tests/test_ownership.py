@@ -224,7 +224,7 @@ def test_a_paused_worker_confirms_before_starting_and_counts_each_job_once(conn,
 
     def extend(js):
         extends.append([j.id for j in js])
-        return queue.extend(conn, js, timedelta(seconds=10))
+        return queue.extend_claims(conn, js, timedelta(seconds=10))
 
     outcome = batch.Batch(jobs, {"default": handler}, concurrency=1,
                           lease=timedelta(seconds=10), extend=extend,
@@ -257,7 +257,7 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
         release.set()  # ... the handler ends while the heartbeat is out
         while b.running:
             clock.sleep(0.01)
-        return queue.extend(conn, js, timedelta(seconds=1.2))
+        return queue.extend_claims(conn, js, timedelta(seconds=1.2))
 
     b = batch.Batch([job], {"default": lambda j: release.wait(10)}, concurrency=1,
                     lease=timedelta(seconds=1.2), extend=extend,
@@ -265,7 +265,7 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
     outcome = b.run()
     summary = Summary()
     run._record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
-                outcome, summary, 1)
+                outcome, summary)
     assert (summary.claimed, summary.done, summary.lost) == (1, 0, 1)
 
 
@@ -332,7 +332,7 @@ def test_a_handler_written_off_at_a_stop_changes_nothing_after_the_batch(conn):
         ended.wait(10)  # still running at the bound (one lease after the stop)
 
     outcome = batch.Batch(jobs, {"default": handler}, concurrency=1,
-                          lease=timedelta(seconds=1), extend=lambda js: {j.id for j in js},
+                          lease=timedelta(seconds=1), extend=lambda js: {j.token for j in js},
                           may_start=lambda job: not stop.is_set(), stop=stop).run()
     assert outcome.abandoned == [jobs[0]] and outcome.unstarted == [jobs[1]]
     ended.set()
@@ -347,8 +347,8 @@ def test_a_resend_counts_what_the_lost_answer_had_written(conn):
     conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "
                  "WHERE id = %s", (taken.id,))  # and another worker has this one now
     settled = queue.settle_again(conn, [ok, taken], [(bad, "boom")])
-    assert settled.done == {ok.id} and settled.failed[bad.id].status == "queued"
-    assert list(settled.failed) == [bad.id]
+    assert settled.done == {ok.token} and settled.failed[bad.token].status == "queued"
+    assert list(settled.failed) == [bad.token]
 
 
 def test_an_error_that_leaves_the_session_alive_is_not_sent_again(conn):

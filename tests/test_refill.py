@@ -8,18 +8,24 @@ import time
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 import drainer
 from drainer.batch import Batch, Outcome
 from drainer.queue import Job
-from drainer.run import Options, drain
+from drainer.run import Options, Summary, drain
 from tests.helpers import wait_until
+
+
+def balanced(s: Summary | dict) -> bool:
+    s = s if isinstance(s, dict) else s.as_json()
+    return s["claimed"] == s["done"] + s["retried"] + s["failed"] + s["lost"]
 
 
 def test_a_refilled_batch_writes_each_job_back_once_and_runs_the_refills(conn):
     """Without a database: a refill hands out 10 more jobs at a time until 60 ran."""
     ran: list[int] = []
-    parts: list[tuple[list[int], int]] = []
+    parts: list[list[int]] = []
     lock = threading.Lock()
     made = iter(range(11, 61))
 
@@ -27,19 +33,19 @@ def test_a_refilled_batch_writes_each_job_back_once_and_runs_the_refills(conn):
         with lock:
             ran.append(job.id)
 
-    def refill(part: Outcome, free: int) -> tuple[list[Job], bool]:
-        parts.append(([j.id for j in part.succeeded], free))
+    def refill(part: Outcome) -> tuple[list[Job], bool]:
+        parts.append([j.id for j in part.succeeded])
         more = [Job(i, "default", None, 1, 5) for i in itertools.islice(made, 10)]
         return more, len(more) == 10
 
     outcome = Batch([Job(i, "default", None, 1, 5) for i in range(1, 11)],
                     {"default": handler}, concurrency=4, lease=timedelta(minutes=5),
-                    extend=lambda js: {j.id for j in js}, may_start=lambda j: True,
+                    extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
                     stop=threading.Event(), refill=refill).run()
     assert sorted(ran) == list(range(1, 61))
-    written = [i for ids, _ in parts for i in ids] + [j.id for j in outcome.succeeded]
+    written = [i for ids in parts for i in ids] + [j.id for j in outcome.succeeded]
     assert sorted(written) == list(range(1, 61))  # each once, in a part or at the end
-    assert len(parts) >= 5 and all(0 <= free <= 4 for _, free in parts)
+    assert len(parts) >= 5
     assert not outcome.unstarted and not outcome.lost
 
 
@@ -98,3 +104,154 @@ def test_a_job_claimed_again_by_its_own_refilled_batch_runs_and_counts_each_time
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone() == (400,)
     assert conn.execute("SELECT id, attempts FROM jobs WHERE attempts > 1 ORDER BY id"
                         ).fetchall() == [(first, 2), (slow, 2)]
+
+
+def test_an_earlier_claim_of_a_job_its_own_refill_claimed_again_is_found_lost(conn, db_url):
+    """The first claim of a job lapses while its handler runs and another drain's reaper
+    puts it back; the batch's own refill claims it again. The heartbeat compares claims,
+    not ids: the first claim is lost (its handler told to stop), and each claim is
+    counted once."""
+    drainer.enqueue_many(conn, "default", [{}] * 60)
+    [(first,)] = conn.execute("SELECT min(id) FROM jobs").fetchall()
+    second_started = threading.Event()
+    both = threading.Barrier(2)
+    seen: dict[str, bool] = {}
+
+    def handler(job: Job) -> None:
+        if job.id == first and job.attempts == 1:
+            with psycopg.connect(db_url, autocommit=True) as other:
+                other.execute("UPDATE jobs SET locked_until = now() - interval '1 second' "
+                              "WHERE id = %s", (first,))
+                drainer.reap(other)
+            seen["reclaimed"] = second_started.wait(10)
+            seen["cancelled"] = job.cancelled.wait(3)  # heartbeats come every second
+            both.wait(15)
+        elif job.id == first:
+            second_started.set()
+            both.wait(15)
+        else:
+            time.sleep(0.01)
+
+    s = drain(conn, {"default": handler}, Options(queues=["default"], batch_size=8,
+                                                  concurrency=2, lease=timedelta(seconds=3)))
+    assert seen == {"reclaimed": True, "cancelled": True}
+    assert balanced(s) and (s.done, s.lost) == (60, 1)
+
+
+def test_a_limited_queue_is_not_starved_by_a_plain_queue_that_keeps_batches_full(conn):
+    """A drain with a limited queue claims between batches (a refill, made while every
+    slot is taken, could claim none of the limited jobs): jobs of a queue limited to 1
+    that become ready early run early, not once 2,000 plain jobs are done."""
+    drainer.enqueue_many(conn, "default", [{}] * 2000)
+    drainer.enqueue_many(conn, "lim", [{}] * 3, delay=0.3)
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        time.sleep(0.002)
+        with lock:
+            order.append(job.queue)
+
+    lim = drainer.Task(handler, "lim", concurrency=1)
+    s = drain(conn, {"default": handler, "lim": lim},
+              Options(queues=["default", "lim"], batch_size=20, concurrency=4))
+    positions = [i for i, q in enumerate(order) if q == "lim"]
+    assert s.done == 2003 and len(positions) == 3 and max(positions) < 1000, positions
+
+
+def test_a_refill_whose_write_back_fails_ends_the_batch_and_gives_back_what_never_ran(conn):
+    """A write-back error that leaves the session alive (a trigger here; a full disk or
+    a statement timeout in life) in a refill: nothing more starts, what finished since
+    is written back, what never started is given back, and the error carries a
+    summary that balances."""
+    drainer.enqueue_many(conn, "default", [{}] * 200)
+    [(bad,)] = conn.execute("SELECT id FROM jobs ORDER BY id OFFSET 30 LIMIT 1").fetchall()
+    conn.execute(f"""
+        CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.status = 'done' AND NEW.id = {bad} THEN RAISE EXCEPTION 'disk full'; END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER boom BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION boom();""")
+    ran: set[int] = set()
+
+    def handler(job: Job) -> None:
+        time.sleep(0.002)
+        ran.add(job.id)
+
+    with pytest.raises(drainer.DrainerError, match="disk full") as raised:
+        drain(conn, {"default": handler},
+              Options(queues=["default"], batch_size=20, concurrency=2))
+    summary = raised.value.summary
+    assert balanced(summary) and summary["done"] > 0
+    held = {i for (i,) in conn.execute("SELECT id FROM jobs WHERE status = 'running'")}
+    assert held and held <= ran  # only the failed write-back's, until their lease ends
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued' AND attempts > 0"
+                        ).fetchone() == (0,)  # a job given back has its attempt back
+
+
+def test_a_refills_hooks_do_not_hold_back_a_timeout(conn):
+    """A refill's write-back, and its slow failure hook, run off the batch's thread: a
+    handler past its 0.5 s timeout meanwhile is failed on time."""
+    drainer.enqueue_many(conn, "default", [{}] * 60)
+    first, stuck = [i for (i,) in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 2")]
+    waited: list[float] = []
+
+    def slow_hook(job: Job, error: str) -> None:
+        time.sleep(3)
+
+    def handler(job: Job) -> None:
+        if job.id == first and job.attempts == 1:
+            raise RuntimeError("fails once")
+        if job.id == stuck and job.attempts == 1:
+            began = time.monotonic()
+            job.cancelled.wait(10)
+            waited.append(time.monotonic() - began)
+        time.sleep(0.002)
+
+    task = drainer.Task(handler, "default", timeout=0.5, on_failure=slow_hook)
+    s = drain(conn, {"default": task}, Options(queues=["default"], batch_size=8, concurrency=2))
+    assert len(waited) == 1 and waited[0] < 1.5 and balanced(s)
+
+
+def test_a_refills_hooks_do_not_hold_back_the_heartbeat(conn, db_url):
+    """A 4 s failure hook in a refill, with a 3 s lease: a long job's lease is still
+    extended meanwhile (heartbeats come from the batch's thread), so no reaper may take
+    it while its handler runs."""
+    drainer.enqueue_many(conn, "default", [{}] * 60)
+    first, long = [i for (i,) in conn.execute("SELECT id FROM jobs ORDER BY id LIMIT 2")]
+    lapsed: list[bool] = []
+
+    def slow_hook(job: Job, error: str) -> None:
+        time.sleep(4)
+        with psycopg.connect(db_url, autocommit=True) as other:
+            lapsed.append(other.execute("SELECT locked_until < now() FROM jobs WHERE id = %s",
+                                        (long,)).fetchone()[0])
+
+    def handler(job: Job) -> None:
+        if job.id == first and job.attempts == 1:
+            raise RuntimeError("fails once")
+        time.sleep(6 if job.id == long else 0.002)
+
+    task = drainer.Task(handler, "default", on_failure=slow_hook)
+    s = drain(conn, {"default": task}, Options(queues=["default"], batch_size=8, concurrency=2,
+                                               lease=timedelta(seconds=3)))
+    assert lapsed == [False] and (s.done, s.retried) == (59, 1) and balanced(s)
+
+
+def test_a_refill_landing_as_the_last_slot_leaves_still_runs(conn, monkeypatch):
+    """A slot finds nothing to take, then leaves, under two holds of the lock; a refill
+    landing in between must still have its jobs run (the batch's thread opens slots
+    for them), not end the batch with them unstarted. The sleep widens the window a
+    thread switch can open."""
+    leave = Batch._leave
+
+    def slow_leave(self: Batch) -> None:
+        time.sleep(0.05)
+        leave(self)
+
+    monkeypatch.setattr(Batch, "_leave", slow_leave)
+    drainer.enqueue_many(conn, "default", [{}] * 200)
+    s = drain(conn, {"default": lambda job: None},
+              Options(queues=["default"], batch_size=10, concurrency=1))
+    assert (s.done, s.stopped) == (200, "empty")

@@ -258,7 +258,7 @@ def test_a_lost_write_back_recognises_its_snoozes_and_failures(conn):
                 (jobs[2], queue.Setback("OSError: again", "retry", timedelta(seconds=9)))]
     first = queue.settle(conn, (), failures, ())
     assert {i: f.status for i, f in first.failed.items()} == {
-        jobs[0].id: "queued", jobs[1].id: "failed", jobs[2].id: "queued"}
+        jobs[0].token: "queued", jobs[1].token: "failed", jobs[2].token: "queued"}
     landed = queue.settle_again(conn, (), failures)
     assert {i: f.status for i, f in landed.failed.items()} == {
         i: f.status for i, f in first.failed.items()}
@@ -336,7 +336,7 @@ def test_a_stale_worker_writes_no_result(conn):
     drainer.enqueue(conn, "stale", {})
     [job] = drainer.claim(conn, ["stale"], 1, timedelta(minutes=5))
     drainer.cancel(conn, [job.id])
-    settled = queue.settle(conn, [job], (), (), results={job.id: '"mine"'})
+    settled = queue.settle(conn, [job], (), (), results={job.token: '"mine"'})
     assert settled.done == set()
     assert row(conn, job.id)["result"] is None
 

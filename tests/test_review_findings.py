@@ -182,9 +182,9 @@ def test_a_lost_write_back_recognises_a_snooze_at_the_largest_budget(conn):
     [job] = drainer.claim(conn, ["z"], 1, LEASE)
     snooze = [(job, queue.Setback("Snooze: later", "snooze", timedelta(seconds=5)))]
     first = queue.settle(conn, (), snooze, ())
-    assert first.failed[job.id].status == "queued"
+    assert first.failed[job.token].status == "queued"
     again = queue.settle_again(conn, (), snooze)
-    assert again.failed.get(job.id, (None,))[0] == "queued"
+    assert again.failed.get(job.token, (None,))[0] == "queued"
 
 
 def test_a_snooze_at_the_integer_limit_ends_failed_saying_why_and_the_batch_goes_on(conn):

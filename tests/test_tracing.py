@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -78,6 +80,30 @@ def test_a_drain_makes_its_span_and_one_per_job_with_the_outcome(conn, db_url, s
         assert (span.status.status_code == trace.StatusCode.ERROR) == failing
         if failing:
             assert span.status.description == "RuntimeError: boom"
+
+
+def test_a_job_found_lost_while_its_batch_is_refilled_has_one_span(conn, db_url, spans):
+    """A job found lost mid-batch is written back lost by a refill before its handler
+    ends; its span still comes, once, with that outcome."""
+    drainer.enqueue_many(conn, "default", [{}] * 400)
+    [(lose,)] = conn.execute("SELECT min(id) FROM jobs").fetchall()
+
+    def lingering(job: drainer.Job) -> None:
+        if job.id == lose:
+            with psycopg.connect(db_url, autocommit=True) as other:
+                drainer.cancel(other, [job.id])
+            assert job.cancelled.wait(5)  # a heartbeat found it lost
+            time.sleep(0.5)  # meanwhile a refill writes the loss back
+        else:
+            time.sleep(0.005)
+
+    s = drain(conn, {"default": lingering}, Options(["default"], batch_size=8, concurrency=2,
+                                                    lease=timedelta(seconds=3)))
+    assert (s.done, s.lost) == (399, 1)
+    jobs = [x for x in spans.get_finished_spans() if x.name == "drainer.job"]
+    assert len(jobs) == 400
+    assert [x.attributes["drainer.job.outcome"] for x in jobs
+            if x.attributes["drainer.job.id"] == lose] == ["lost"]
 
 
 def test_the_enqueues_trace_context_is_the_job_spans_parent(conn, spans):

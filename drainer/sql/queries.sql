@@ -420,7 +420,7 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
      AS t(id, attempts, target, error, delay, status)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id, t.target, j.status,
+RETURNING j.id, t.attempts, t.target, j.status,
           CASE WHEN j.status = 'queued' AND t.target <> 'queued' THEN j.run_at END;
 
 -- name: keep_results
@@ -436,7 +436,7 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts;
 
 -- name: extend
--- Lease heartbeat for jobs still running; returns the ids still ours.
+-- Lease heartbeat for jobs still running; returns the claims (id, attempts) still ours.
 UPDATE jobs j
 SET locked_until = coalesce(%(now)s, now()) + %(lease)s
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
@@ -444,7 +444,7 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
      AS t(id, attempts, status)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id;
+RETURNING j.id, j.attempts;
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
@@ -454,9 +454,9 @@ RETURNING j.id;
 -- row is queued with our token, no lease and a budget above the one we claimed it
 -- with (only a requeue after a reap could do that too, and the row is the same), or
 -- at the largest budget, which a snooze cannot raise.
--- Returns each such id with its status, and run_at unless done (a done row's may be a
+-- Returns each such claim (id, attempts) with its status, and run_at unless done (a done row's may be a
 -- time Python cannot hold, so it is not read).
-SELECT j.id, j.status, CASE WHEN t.target <> 'done' THEN j.run_at END
+SELECT j.id, j.attempts, j.status, CASE WHEN t.target <> 'done' THEN j.run_at END
 FROM jobs j
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
             %(errors)s::text[], %(budgets)s::int[])
