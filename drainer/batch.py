@@ -133,10 +133,12 @@ class Outcome:
     tracebacks: dict[Token, str] = field(default_factory=dict)  # failed claim -> trace()
 
 
-# A batch's refill: given what finished so far (to be written back), the jobs claimed
-# to go on with, and whether the batch may refill again (not when too few were ready,
-# nor at a stop or the deadline).
-Refill = Callable[[Outcome], tuple[list[Job], bool]]
+# A batch's refill: given what finished so far (to be written back) and a function
+# that hands the batch the jobs claimed to go on with (called as soon as they are,
+# before anything that may fail or wait), whether the batch may refill again (not when
+# too few were ready, nor at a stop or the deadline).
+Land = Callable[[list[Job]], None]
+Refill = Callable[[Outcome, Land], bool]
 
 
 class Batch:
@@ -203,6 +205,7 @@ class Batch:
         self.refilled = clock.event()  # clear while a refill's round trip is out
         self.refilled.set()
         self.failure: BaseException | None = None  # a refill's error
+        self.landings = 0  # refills whose jobs joined the batch (see _heartbeat)
         self.reported_lost: set[Token] = set()  # lost jobs a refill wrote back already
 
     def _fresh(self) -> bool:
@@ -423,6 +426,7 @@ class Batch:
         sent, sent_wall = clock.monotonic(), clock.wall()
         with self.lock:
             unfinished = [*self.running.values(), *self.pending]
+            landings = self.landings
         try:
             ours = self.extend(unfinished) if unfinished else set()
         except DrainerError as exc:
@@ -434,7 +438,8 @@ class Batch:
             # tells whether it was still ours, and it is counted once, there.
             self.outcome.lost |= gone & (self.running.keys() | {j.token for j in self.pending})
             self.pending = deque(j for j in self.pending if j.token not in gone)
-            self.confirmed, self.confirmed_wall = sent, sent_wall
+            if self.landings == landings:  # else jobs it did not carry joined meanwhile
+                self.confirmed, self.confirmed_wall = sent, sent_wall
             # Their handlers may stop: nothing they do now changes anything.
             lost = [job for job in self.running.values() if job.token in self.outcome.lost]
         for job in lost:
@@ -471,21 +476,31 @@ class Batch:
     def _refill(self, refill: Refill, part: Outcome) -> None:
         """On a pool thread: write `part` back and claim more, while run()'s thread goes
         on with heartbeats, timeouts and the stop, and opens slots for what comes."""
-        jobs: list[Job] = []
         more = False
         try:
-            jobs, more = refill(part)
+            more = refill(part, functools.partial(self._land, clock.monotonic()))
         except BaseException as exc:  # noqa: BLE001 - run() ends the batch, the caller raises
             with self.lock:
                 self.failure = exc
         finally:
             with self.lock:
-                self.pending.extend(jobs)
                 self.refill_asked = False
                 if not more:
                     self.refill = None
             self.refilled.set()
             self.wake.set()
+
+    def _land(self, sent: float, jobs: list[Job]) -> None:
+        """A refill's claimed jobs join the batch. Their leases were confirmed when the
+        claim was sent, not at a later heartbeat that did not carry them: the batch's
+        confirmation goes back to then if it is later."""
+        with self.lock:
+            self.pending.extend(jobs)
+            self.landings += 1
+            if sent < self.confirmed:
+                self.confirmed_wall -= self.confirmed - sent
+                self.confirmed = sent
+        self.wake.set()
 
     def _top_up(self) -> int:
         """Open slots for startable jobs no slot will take (a refill's, or some that

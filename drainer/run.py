@@ -19,7 +19,7 @@ import psycopg
 
 from . import clock, hooks, queue, schedules, tracing
 from . import tasks as tasks_
-from .batch import Batch, Outcome
+from .batch import Batch, Land, Outcome
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
 from .limits import Limits
 from .tasks import Handler, Task, as_task
@@ -357,7 +357,7 @@ class _Steps:
             raise running.failure
         return settled.claimed, size, sent
 
-    def refill(self, part: Outcome) -> tuple[list[queue.Job], bool]:
+    def refill(self, part: Outcome, land: Land) -> bool:
         """A running batch's refill (see Batch): write back what finished, with a claim
         of the next batch's size whose jobs join the batch; it may refill again as
         long as its claims come back full."""
@@ -367,13 +367,18 @@ class _Steps:
         size, self.summary.stopped = self.next_size()
         ended = [*part.succeeded, *(job for job, _ in part.failed)]
         lost = [self.known[t] for t in part.lost if t in self.known]
-        settled = self.write_back(part, self.claim(size) if size else None, [*ended, *lost])
+
+        def joined(jobs: list[queue.Job]) -> None:
+            self.known.update((job.token, job) for job in jobs)
+            land(jobs)
+
         # Written back: a batch refilled for hours holds only its live jobs. A lost job
         # stays, for the span its handler's end still owes (tracing).
         for job in ended:
             self.known.pop(job.token, None)
-        self.known.update((job.token, job) for job in settled.claimed)
-        return settled.claimed, self.refills(size, len(settled.claimed))
+        settled = self.write_back(part, self.claim(size) if size else None, [*ended, *lost],
+                                  joined)
+        return self.refills(size, len(settled.claimed))
 
     def refills(self, size: int, claimed: int) -> bool:
         """Whether a batch from a claim of `size` that took `claimed` jobs is refilled:
@@ -387,10 +392,13 @@ class _Steps:
                 and not self.limited)
 
     def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
-                   jobs: list[queue.Job]) -> queue.Settled:
+                   jobs: list[queue.Job], land: Land | None = None) -> queue.Settled:
         """Write `outcome` back with `claim_next`, and count, log, trace and tell the
-        hooks of it; `jobs`: those it may hold."""
+        hooks of it; `jobs`: those it may hold. `land(claimed)` comes first: a refill's
+        jobs join their batch before anything here may fail or wait."""
         settled = _settle(self.link, outcome, claim_next, self.db_now)
+        if land is not None:
+            land(settled.claimed)
         _record(settled, outcome, self.summary)
         _log_failures(settled, outcome)
         if self.spans is not None:

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer.batch import Batch, Outcome
+from drainer.batch import Batch, Land, Outcome
 from drainer.queue import Job
 from drainer.run import Options, Summary, drain
 from tests.helpers import wait_until
@@ -33,10 +33,11 @@ def test_a_refilled_batch_writes_each_job_back_once_and_runs_the_refills(conn):
         with lock:
             ran.append(job.id)
 
-    def refill(part: Outcome) -> tuple[list[Job], bool]:
+    def refill(part: Outcome, land: Land) -> bool:
         parts.append([j.id for j in part.succeeded])
         more = [Job(i, "default", None, 1, 5) for i in itertools.islice(made, 10)]
-        return more, len(more) == 10
+        land(more)
+        return len(more) == 10
 
     outcome = Batch([Job(i, "default", None, 1, 5) for i in range(1, 11)],
                     {"default": handler}, concurrency=4, lease=timedelta(minutes=5),
@@ -255,3 +256,60 @@ def test_a_refill_landing_as_the_last_slot_leaves_still_runs(conn, monkeypatch):
     s = drain(conn, {"default": lambda job: None},
               Options(queues=["default"], batch_size=10, concurrency=1))
     assert (s.done, s.stopped) == (200, "empty")
+
+
+def test_a_refills_jobs_never_start_on_a_lapsed_lease(conn, db_url):
+    """A refill's slow failure hook (3.5 s, with a 3 s lease) runs after its claim, while
+    the batch's thread heartbeats: the jobs it claimed are confirmed before they start
+    (heartbeats that did not carry them do not count for them)."""
+    drainer.enqueue_many(conn, "default", [{}] * 40)
+    [(first,)] = conn.execute("SELECT min(id) FROM jobs").fetchall()
+    lapsed: list[tuple[int, float | None]] = []
+    lock = threading.Lock()
+
+    def slow_hook(job: Job, error: str) -> None:
+        time.sleep(3.5)
+
+    with psycopg.connect(db_url, autocommit=True) as check:
+        def handler(job: Job) -> None:
+            if job.id == first and job.attempts == 1:
+                raise RuntimeError("fails once")
+            with lock:
+                left = check.execute(
+                    "SELECT extract(epoch FROM locked_until - now()) FROM jobs "
+                    "WHERE id = %s AND attempts = %s AND status = 'running'",
+                    (job.id, job.attempts)).fetchone()
+            if left is None or left[0] <= 0:
+                lapsed.append((job.id, None if left is None else left[0]))
+            time.sleep(0.002)
+
+        task = drainer.Task(handler, "default", on_failure=slow_hook)
+        s = drain(conn, {"default": task}, Options(queues=["default"], batch_size=8,
+                                                   concurrency=2, lease=timedelta(seconds=3)))
+    assert lapsed == [] and balanced(s) and (s.done, s.retried) == (39, 1)
+
+
+def test_a_refill_failing_after_its_claim_gives_back_what_it_claimed(conn):
+    """A refill whose claim landed, then failed (a progress callback that raises): the
+    jobs it claimed are given back with the others that never started, not left
+    running until their lease ends."""
+    drainer.enqueue_many(conn, "default", [{}] * 200)
+    ran: set[int] = set()
+    calls = {"n": 0}
+
+    def on_batch(summary: Summary) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise drainer.DrainerError("progress sink broke")
+
+    def handler(job: Job) -> None:
+        ran.add(job.id)
+        time.sleep(0.002)
+
+    with pytest.raises(drainer.DrainerError, match="progress sink"):
+        drain(conn, {"default": handler}, Options(queues=["default"], batch_size=20,
+                                                  concurrency=2), on_batch=on_batch)
+    held = {i for (i,) in conn.execute("SELECT id FROM jobs WHERE status = 'running'")}
+    assert not held - ran
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'queued' AND attempts > 0"
+                        ).fetchone() == (0,)
