@@ -76,6 +76,13 @@ class Job:
     # thousands a second, and most handlers never look.
     _cancelled: threading.Event | None = field(default=None, init=False, repr=False,
                                                compare=False)
+    # (id, attempts): this claim of the job. A later claim of the same job has another
+    # (attempts rises with each claim that may run it). Kept, not computed: a batch
+    # looks it up several times a job.
+    token: Token = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "token", (self.id, self.attempts))  # frozen
 
     @property
     def cancelled(self) -> threading.Event:
@@ -106,12 +113,6 @@ class Job:
         except ValueError:  # another producer's meta: not a slot any schedule wrote
             return None
         return when if when is not None and when.tzinfo is not None else None
-
-    @property
-    def token(self) -> "Token":
-        """(id, attempts): this claim of the job. A later claim of the same job has
-        another (attempts rises with each claim that may run it)."""
-        return self.id, self.attempts
 
     @property
     def cancel_watched(self) -> bool:

@@ -67,6 +67,11 @@ class Summary:
         return data
 
 
+# Seconds a batch's last two rounds of handlers must be expected to take for the batch
+# to be refilled as they run: about a write-back's round trip.
+REFILL_AFTER = 0.002
+
+
 class Sizer:
     """How many jobs to claim next.
 
@@ -387,9 +392,13 @@ class _Steps:
         while its few handlers run would hold the next jobs' leases for no gain. Nor
         is a drain with limited queues: its refills, made while every slot is taken,
         could claim none of their jobs (never more than the free slots) for as long as
-        the other queues keep the batch full."""
-        return (size > 0 and claimed == size and size >= 2 * self.options.concurrency
-                and not self.limited)
+        the other queues keep the batch full. Nor when the last two rounds are expected
+        to take less than REFILL_AFTER, by the time per job seen so far (fast handlers,
+        few slots): writing back meanwhile would gain nothing but a thread's hand-off."""
+        rounds = 2 * self.options.concurrency
+        per_job = self.sizer.per_job
+        return (size > 0 and claimed == size and size >= rounds and not self.limited
+                and (per_job is None or rounds * per_job >= REFILL_AFTER))
 
     def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
                    jobs: list[queue.Job], land: Land | None = None) -> queue.Settled:
