@@ -421,14 +421,18 @@ class Batch:
             clock.cancel(future)
 
     def _heartbeat(self) -> bool:
-        """Extend the leases of every unfinished job and drop those no longer ours;
-        False when the heartbeat could not be sent (the leases stand as they were)."""
+        """Extend the leases of every unfinished job, and of the finished ones still to
+        be written back (a reaper must not take a job back while its result waits for
+        its batch's slowest handler), and drop the unfinished ones no longer ours (a
+        finished one's guarded write-back tells); False when the heartbeat could not
+        be sent (the leases stand as they were)."""
         sent, sent_wall = clock.monotonic(), clock.wall()
         with self.lock:
             unfinished = [*self.running.values(), *self.pending]
+            waiting = [*self.outcome.succeeded, *(job for job, _ in self.outcome.failed)]
             landings = self.landings
         try:
-            ours = self.extend(unfinished) if unfinished else set()
+            ours = self.extend([*unfinished, *waiting]) if unfinished or waiting else set()
         except DrainerError as exc:
             log.warning("heartbeat failed (%s); leases not extended", exc)
             return False

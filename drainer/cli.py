@@ -358,6 +358,15 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _ignore_signals() -> None:
+    """Once the work is written back, SIGTERM/SIGINT change nothing: a platform's stop
+    that comes as the process prints its summary and exits (the interpreter restores
+    the default action as it shuts down) must not turn a finished run's exit status
+    into 143."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _options(args: argparse.Namespace, queues: list[str]) -> Options:
     return s.Drain.resolve(vars(args)).options(queues, _deadline(args))
 
@@ -371,6 +380,7 @@ def _drain_with_progress(args: argparse.Namespace, handlers: Mapping[str, Handle
     with _open(args, db=db) as conn:
         summary = drain(conn, handlers, options, stop=_stop_on_signals(),
                         on_batch=progress.update, reopen=partial(_open, args, db=db))
+    _ignore_signals()
     progress.finish(summary)
     return summary
 
@@ -406,6 +416,7 @@ def cmd_work(args: argparse.Namespace) -> None:
                           partial(_open, args, db=listen_db, application_name=worker.LISTEN_NAME),
                           handlers, _options(args, queues), poll_interval=args.poll_interval,
                           stop=_stop_on_signals())
+    _ignore_signals()
     log.info("%s", closing(summary, summary.seconds))  # as a drain ends: same words
     _hint_failures(summary)
     _emit(summary.as_json())

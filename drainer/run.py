@@ -78,8 +78,10 @@ class Sizer:
     Adaptive unless pinned: it starts at one round of handlers (START at least),
     doubles while full batches finish well within TARGET seconds (fast handlers, deep
     queue: fewer round trips per job) and halves when a batch runs long (slow
-    handlers: leave the rest to other drainers). It never exceeds MAX, or two rounds
-    of handlers when that is more, so a batch can always be refilled while it runs.
+    handlers: leave the rest to other drainers), but never below two rounds of
+    handlers when there are several (fewer would leave slots idle, and a batch of one
+    round is not refilled: every batch would wait for its slowest job). It never
+    exceeds MAX, or two rounds when that is more, so a batch can always be refilled.
     Near the deadline it claims only what the observed handler time says can finish.
     """
 
@@ -90,6 +92,7 @@ class Sizer:
         self.pinned = pinned
         self.concurrency = concurrency
         self.most = max(self.MAX, 2 * concurrency)
+        self.least = self.MIN if concurrency == 1 else 2 * concurrency
         self.size = pinned or min(self.most, max(self.START, concurrency))
         self.per_job: float | None = None  # observed wall seconds per job, smoothed
         self.longest: dict[str, float] = {}  # queue -> the longest handler run seen
@@ -107,7 +110,7 @@ class Sizer:
         if self.pinned:
             return
         if wall > 2 * self.TARGET:
-            self.size = max(self.MIN, self.size // 2)
+            self.size = max(self.least, self.size // 2)
         elif full and wall < self.TARGET / 2:
             self.size = min(self.most, self.size * 2)
 

@@ -234,6 +234,43 @@ def test_sizer_adapts_within_bounds():
     assert pinned.fits(0.0) == 0
 
 
+def test_a_finished_job_keeps_its_lease_until_its_batch_writes_it_back(conn, db_url):
+    """Two jobs of a batch end at once, the third runs 2.5 s with a 1 s lease: the first
+    two wait for the batch's write-back with their leases still extended, so another
+    drainer's reap at 1.5 s takes none of them back (it would run them again, and this
+    drain would count them lost)."""
+    drainer.enqueue_many(conn, "default", [{"t": 0}, {"t": 1}, {"t": 0}])
+    reaped: list[int] = []
+
+    def handler(job: drainer.Job) -> None:
+        if job.payload["t"]:
+            time.sleep(1.5)
+            with psycopg.connect(db_url, autocommit=True) as other:
+                reaped.append(drainer.reap(other))
+            time.sleep(1)
+
+    s = drain(conn, {"default": handler}, Options(queues=["default"], batch_size=3,
+                                                  concurrency=2, lease=timedelta(seconds=1)))
+    assert (reaped, s.done, s.lost) == ([0], 3, 0)
+
+
+def test_slow_batches_never_shrink_below_two_rounds_of_handlers():
+    """Below one round slots stay idle (0.6 s jobs at --concurrency 8 ran one at a
+    time), and a batch of one round is not refilled: one straggler would hold up
+    every later batch."""
+    slow = Sizer(concurrency=8)
+    for _ in range(5):
+        slow.observe(slow.size, 0.6, full=True)
+    assert slow.size == 16
+    straggled = Sizer(concurrency=200)
+    straggled.observe(200, 0.1, full=True)
+    straggled.observe(400, 0.6, full=True)
+    assert straggled.size == 400
+    alone = Sizer(concurrency=1)
+    alone.observe(alone.size, 5.0, full=True)
+    assert alone.size == 5  # one slot: halved as before, to share slow jobs
+
+
 def test_sizer_starts_at_one_round_of_handlers_and_holds_two_at_most():
     """A first claim smaller than --concurrency leaves slots idle; a batch capped
     below two rounds of handlers could never be refilled while it runs."""
