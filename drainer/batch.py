@@ -206,7 +206,9 @@ class Batch:
         self.refilled.set()
         self.failure: BaseException | None = None  # a refill's error
         self.landings = 0  # refills whose jobs joined the batch (see _heartbeat)
-        self.reported_lost: set[Token] = set()  # lost jobs a refill wrote back already
+        # Claims found taken over in the batch's whole run; each is in the outcome of
+        # one write-back only.
+        self.lost: set[Token] = set()
 
     def _fresh(self) -> bool:
         """Whether the batch's leases were confirmed recently enough to start a job, by
@@ -264,7 +266,7 @@ class Batch:
             began = self.started.pop(job.token)
             if self.took:
                 self.took(job, clock.monotonic() - began)
-            if job.token in self.outcome.lost:
+            if job.token in self.lost:
                 return True  # no longer ours: its result must change nothing
             setback, kept, traced = ended
             if setback is None:
@@ -401,7 +403,7 @@ class Batch:
                 self.timed_out.add(job.token)
                 if self.took:
                     self.took(job, limit)
-                if job.token not in self.outcome.lost:
+                if job.token not in self.lost:
                     late_error = TimeoutError(f"the handler ran longer than its {limit:g} s "
                                               "timeout and was abandoned")
                     self.outcome.failed.append((job, self.tasks[job.queue].policy.judge(
@@ -440,12 +442,14 @@ class Batch:
             gone = {j.token for j in unfinished if j.token not in ours}
             # A job that finished meanwhile keeps its result: its guarded write-back
             # tells whether it was still ours, and it is counted once, there.
-            self.outcome.lost |= gone & (self.running.keys() | {j.token for j in self.pending})
+            found = (gone & (self.running.keys() | {j.token for j in self.pending})) - self.lost
+            self.lost |= found
+            self.outcome.lost |= found
             self.pending = deque(j for j in self.pending if j.token not in gone)
             if self.landings == landings:  # else jobs it did not carry joined meanwhile
                 self.confirmed, self.confirmed_wall = sent, sent_wall
             # Their handlers may stop: nothing they do now changes anything.
-            lost = [job for job in self.running.values() if job.token in self.outcome.lost]
+            lost = [job for job in self.running.values() if job.token in self.lost]
         for job in lost:
             self._write_off(job)
         return True
@@ -455,17 +459,13 @@ class Batch:
         job's handler watches its `cancelled` (one not yet found lost)."""
         with self.lock:
             watched = any(job.cancel_watched for job in self.running.values()
-                          if job.token not in self.outcome.lost)
+                          if job.token not in self.lost)
         return min(steady, CANCEL_CHECK) if watched else steady
 
     def _finished(self) -> Outcome:
         """What finished since the last refill (the caller holds the lock), taken out
         of the outcome: each result is written back once."""
-        done = self.outcome
-        part = Outcome(done.succeeded, done.failed, done.results,
-                       lost=done.lost - self.reported_lost, tracebacks=done.tracebacks)
-        self.outcome = Outcome(lost=done.lost)
-        self.reported_lost |= part.lost
+        part, self.outcome = self.outcome, Outcome()
         return part
 
     def _refill_due(self) -> tuple[Refill, Outcome] | None:
@@ -556,7 +556,7 @@ class Batch:
             unstarted = list(self.pending)
             # A job still running but already lost is counted lost, not abandoned.
             abandoned = [job for job in self.running.values()
-                         if job.token not in self.outcome.lost]
+                         if job.token not in self.lost]
             self.closed = True
             self.pending.clear()
             outcome = self._finished()

@@ -288,7 +288,8 @@ class _Steps:
                           if t.on_failure or t.on_dead}
         self.spans = traced if traced is not None and traced.recording else None
         self.on_batch: Callable[[Summary], None] | None = None
-        # The running batch's claims not yet written back (and those found lost).
+        # The running batch's claims not yet written back, and those found lost: the
+        # jobs whose spans its write-backs may end (tracing).
         self.known: dict[queue.Token, queue.Job] = {}
         self.mark = clock.monotonic()  # when the batch, or its last refill, began
 

@@ -454,8 +454,8 @@ RETURNING j.id, j.attempts;
 -- row is queued with our token, no lease and a budget above the one we claimed it
 -- with (only a requeue after a reap could do that too, and the row is the same), or
 -- at the largest budget, which a snooze cannot raise.
--- Returns each such claim (id, attempts) with its status, and run_at unless done (a done row's may be a
--- time Python cannot hold, so it is not read).
+-- Returns each such claim (id, attempts) with its status, and run_at unless done (a
+-- done row's may be a time Python cannot hold, so it is not read).
 SELECT j.id, j.attempts, j.status, CASE WHEN t.target <> 'done' THEN j.run_at END
 FROM jobs j
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
