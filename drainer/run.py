@@ -26,6 +26,7 @@ from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)
 
+MAX_INT = 2**63 - 1  # PostgreSQL's bigint: job ids, a claim's LIMIT
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_ARCHIVE_AFTER = timedelta(days=7)
 DEFAULT_ARCHIVE_FAILED_AFTER = queue.ARCHIVE_FAILED_AFTER
@@ -91,8 +92,8 @@ class Sizer:
     def __init__(self, pinned: int | None = None, concurrency: int = 1):
         self.pinned = pinned
         self.concurrency = concurrency
-        self.most = max(self.MAX, 2 * concurrency)
-        self.least = self.MIN if concurrency == 1 else 2 * concurrency
+        self.most = min(max(self.MAX, 2 * concurrency), MAX_INT)
+        self.least = self.MIN if concurrency == 1 else min(2 * concurrency, MAX_INT)
         self.size = pinned or min(self.most, max(self.START, concurrency))
         self.per_job: float | None = None  # observed wall seconds per job, smoothed
         self.longest: dict[str, float] = {}  # queue -> the longest handler run seen

@@ -17,11 +17,10 @@ from .errors import ConfigError
 from .run import DEFAULT_ARCHIVE_AFTER as ARCHIVE_AFTER_DELTA
 from .run import DEFAULT_ARCHIVE_FAILED_AFTER as ARCHIVE_FAILED_AFTER_DELTA
 from .run import DEFAULT_LEASE as LEASE_DELTA
-from .run import Options
+from .run import MAX_INT, Options
 
 T = TypeVar("T")
 
-MAX_INT = 2**63 - 1  # PostgreSQL's bigint: job ids, LIMIT
 # Durations beyond a century are typos, and would overflow timedelta or timestamptz.
 MAX_DAYS = 36_525
 MAX_SECONDS = MAX_DAYS * 86_400

@@ -282,3 +282,6 @@ def test_sizer_starts_at_one_round_of_handlers_and_holds_two_at_most():
         wide.observe(wide.size, 0.001, full=True)
     assert wide.size == 1600  # two rounds, past the usual 500
     assert Sizer(pinned=7, concurrency=800).size == 7
+    widest = Sizer(concurrency=2**63 - 1)  # --concurrency's most: a claim's LIMIT is a bigint
+    widest.observe(widest.size, 0.001, full=True)
+    assert widest.size == widest.least == widest.most == 2**63 - 1

@@ -391,3 +391,15 @@ def test_a_limit_beyond_the_databases_int_is_refused_where_declared():
         with pytest.raises(drainer.ConfigError, match="2147483647"):
             drainer.task("big", **bad)
     assert limits("q", 2**31 - 1, None, None).concurrency == 2**31 - 1
+
+
+@pytest.mark.parametrize("slots", [2**31, 2**63 - 1])
+def test_a_limited_queue_drains_at_any_concurrency_the_option_takes(runs, slots):
+    """--concurrency goes up to the database's bigint; a limited claim's `take` (free
+    handler slots) beyond its int was refused by the database and failed the drain."""
+    drainer.enqueue_many(runs, "capped", [{}] * 3)
+    summary = drainer.drain(runs, {"capped": lambda job: None},
+                            drainer.Options(queues=["capped"], concurrency=slots))
+    assert (summary.claimed, summary.done) == (3, 3)
+    assert queue.claim(runs, [], 10, timedelta(minutes=5), take=slots,
+                       limited=[Limits("capped", concurrency=3)]) == []

@@ -231,11 +231,13 @@ j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (:limited_el
 -- queue with per_group looks among its first ready jobs, then only if they left room
 -- and more are ready, among its groups' heads: the best ready jobs it can start are
 -- either among the first or, failing those, among the heads. One arm runs per queue;
--- limited_sql() has the time read when the statement starts, after the locks.
+-- limited_sql() has the time read when the statement starts, after the locks. `take`
+-- is a bigint: --concurrency goes past the int.
 SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
-     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8, take int)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
 CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
 CROSS JOIN LATERAL (
   SELECT greatest(0, least(l.take, l.concurrency - (:limit_running),
