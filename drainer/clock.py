@@ -9,14 +9,15 @@ place (bench/simulator) without a cost to the code that ships.
 """
 
 import asyncio
+import contextvars
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from datetime import datetime
 from queue import SimpleQueue
-from typing import Any, Union
+from typing import Any
 
 PROC_STAT = "/proc/self/stat"
 PROC_UPTIME = "/proc/uptime"
@@ -123,7 +124,7 @@ class _Loop:
                 self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
                                                name="drainer-async")
                 self.thread.start()
-            return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
+            return asyncio.run_coroutine_threadsafe(awaited(awaitable), self.loop)
 
     def runs_here(self) -> bool:
         return self.thread is threading.current_thread()
@@ -161,7 +162,7 @@ class HandlerExit(Exception):  # noqa: N818 - what a handler's exit became
     thread and leave every job waiting on it waiting forever."""
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
+async def awaited(awaitable: Awaitable[Any]) -> Any:
     try:
         return await awaitable
     except (SystemExit, KeyboardInterrupt) as exc:
@@ -177,24 +178,18 @@ def run_async(awaitable: Awaitable[Any]) -> "Future[Any]":
     return _LOOP.submit(awaitable)
 
 
-# Async work on the loop: a thread-safe future (run_async), or on the loop's own
-# thread, the task itself (start_here).
-Work = Union["Future[Any]", "asyncio.Task[Any]"]
+def start_here(coroutine: Coroutine[Any, Any, None],
+               context: contextvars.Context) -> "asyncio.Task[None]":
+    """On the event loop's own thread: `coroutine` as a task of the loop in `context`,
+    without run_async's hand-offs (a future on each side, chained, and a wake-up of
+    the loop through its pipe), the most of an async job's cost to the loop. The
+    coroutine must let no SystemExit out (see `awaited`)."""
+    return asyncio.get_running_loop().create_task(coroutine, context=context)
 
 
-def start_here(awaitable: Awaitable[Any]) -> "asyncio.Task[Any]":
-    """On the event loop's own thread: `awaitable` as a task of the loop, without
-    run_async's hand-offs (a future on each side, chained, and a wake-up of the loop
-    through its pipe), the most of an async job's cost to the loop."""
-    return asyncio.get_running_loop().create_task(_awaited(awaitable))
-
-
-def cancel(work: Work) -> None:
-    """Cancel async work from any thread: a task, on its loop's thread."""
-    if isinstance(work, asyncio.Task):
-        work.get_loop().call_soon_threadsafe(work.cancel)
-    else:
-        work.cancel()
+def cancel(task: "asyncio.Task[Any]") -> None:
+    """Cancel a task of the loop from any thread (on its loop's thread)."""
+    task.get_loop().call_soon_threadsafe(task.cancel)
 
 
 def on_loop() -> bool:

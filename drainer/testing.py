@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -251,8 +251,14 @@ class _OnThisThread(Batch):
     def _spawn(self) -> None:
         self._work()
 
-    def _hand_over(self, job: Job, future: clock.Work) -> bool:
-        return self._finish(job, self._ended(job, future))
+    def _submit(self, job: Job, awaitable: Awaitable[Any]) -> bool:
+        try:
+            result = clock.run_async(awaitable).result()
+        except BaseException as exc:  # noqa: BLE001 - as in Batch._await
+            ended = self._raised(job, exc)
+        else:
+            ended = self._returned(job, result)
+        return self._finish(job, ended)
 
 
 def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handler],

@@ -4,11 +4,15 @@ timeout that really cancels, the task's policies, and a real drain process (SIGT
 mid-batch, kill -9 then the reaper)."""
 
 import asyncio
+import contextvars
 import signal
 import threading
 import time
+from datetime import timedelta
 
 import drainer
+from drainer import queue
+from drainer.batch import Batch
 from drainer.run import Options, drain
 from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until
@@ -240,3 +244,58 @@ def test_a_timed_out_async_handler_is_cancelled_and_its_slot_goes_on(conn):
         "SELECT status, last_error, result FROM jobs WHERE id = %s", (stuck,)).fetchone()
     assert (status, result) == ("queued", None)
     assert error.startswith("TimeoutError: ")
+
+
+SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
+
+
+def test_what_one_async_job_sets_in_a_context_variable_never_reaches_the_next(conn):
+    """A slot's async jobs run one after another, each in a task of its own with a
+    copy of the drain's context: a request id or a logging binding set by one job is
+    gone for the next, as it would be between two requests of a web framework."""
+    met = []
+
+    async def handler(job):
+        met.append(SEEN.get())
+        SEEN.set(job.id)
+        await asyncio.sleep(0)
+
+    drainer.enqueue_many(conn, "cv", [{}] * 30)
+    token = SEEN.set(-1)  # the drain's own: every job starts with it
+    try:
+        summary = drain(conn, {"cv": handler}, Options(["cv"], concurrency=3, batch_size=30))
+    finally:
+        SEEN.reset(token)
+    assert summary.done == 30
+    assert met == [-1] * 30
+
+
+def test_an_async_job_written_off_before_its_task_began_never_runs(conn):
+    """A heartbeat may find a job lost (or a timeout fail it) between the hand-off of
+    its work to the loop and its task's first step, when there is no task yet to
+    cancel: the task then ends at once, its handler unrun, and the slot goes on."""
+    ran = []
+
+    async def handler(job):
+        ran.append(job.id)
+
+    first, second = (drainer.enqueue(conn, "w", {}) for _ in range(2))
+    jobs = queue.claim(conn, ["w"], 2, timedelta(minutes=5))
+    batch = Batch(jobs, {"w": handler}, concurrency=1, lease=timedelta(minutes=5),
+                  extend=lambda js: {j.token for j in js}, may_start=lambda job: True,
+                  stop=threading.Event())
+    submit = batch._submit
+
+    def first_written_off(job, awaitable):
+        if job.id == first:  # as the heartbeat does when it finds a job lost
+            with batch.lock:
+                batch.lost.add(job.token)
+                batch.outcome.lost.add(job.token)
+            batch._write_off(job)
+        return submit(job, awaitable)
+
+    batch._submit = first_written_off
+    outcome = batch.run()
+    assert ran == [second]  # the slot went on
+    assert [j.id for j in outcome.succeeded] == [second]
+    assert outcome.lost == {(first, 1)} and not outcome.failed
