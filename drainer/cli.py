@@ -97,7 +97,7 @@ Group = tuple[str, tuple[Setting[Any], ...]]  # a --help section: its title and 
 
 DATABASE: Group = ("database", (s.DATABASE_URL, s.NO_PREPARE))
 DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
-                          s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.VERBOSE))
+                          s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.EVENT_LOOP, s.VERBOSE))
 ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
 DOCTOR: Group = ("doctor", (s.MAX_READY_AGE,))
 # Each command's settings: the one place that says which command reads which variable.

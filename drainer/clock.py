@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from datetime import datetime
+from importlib.util import find_spec
 from queue import SimpleQueue
 from typing import Any
 
@@ -104,13 +105,31 @@ class _Threads:
 _THREADS = _Threads()
 
 
+LOOPS = ("auto", "asyncio", "uvloop")  # the kinds of event loop async handlers may run on
+
+
+def uvloop_installed() -> bool:
+    return find_spec("uvloop") is not None
+
+
+def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """A loop of `kind`: uvloop's (faster timers and callbacks) when asked for, or for
+    "auto" when it is installed; else asyncio's."""
+    if kind == "uvloop" or (kind == "auto" and uvloop_installed()):
+        import uvloop  # only here: a drain without async handlers never pays its import
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class _Loop:
     """The process's one event loop for async handlers, on a daemon thread of its own,
     started when the first async handler runs: a loop per job would cost a loop's
     start each time and share nothing (clients, connection pools) between jobs."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "auto") -> None:
         self.lock = threading.Lock()
+        self.kind = kind
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
 
@@ -120,7 +139,7 @@ class _Loop:
             if self.loop is None or self.thread is None or not self.thread.is_alive():
                 if self.loop is not None:
                     self.loop.close()  # its thread ended: nothing runs it any more
-                self.loop = asyncio.new_event_loop()
+                self.loop = _new_loop(self.kind)
                 self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
                                                name="drainer-async")
                 self.thread.start()
@@ -197,6 +216,16 @@ def on_loop() -> bool:
     return _LOOP.runs_here()
 
 
+def use_loop(kind: str) -> None:
+    """Run async handlers on a loop of `kind` (one of LOOPS) from now on: a loop of
+    another kind is ended (its tasks cancelled: only handlers written off by earlier
+    drains are left on it), and the next async handler starts the new one."""
+    global _LOOP
+    if kind != _LOOP.kind:
+        loop, _LOOP = _LOOP, _Loop(kind)
+        loop.close()
+
+
 def end_threads() -> None:
     """End the handler threads kept for later batches (a thread still in a handler
     ends when it returns), and the event loop of async handlers (its tasks
@@ -206,7 +235,7 @@ def end_threads() -> None:
     global _THREADS, _LOOP
     old, _THREADS = _THREADS, _Threads()
     old.close()
-    loop, _LOOP = _LOOP, _Loop()
+    loop, _LOOP = _LOOP, _Loop(_LOOP.kind)
     loop.close()
 
 

@@ -151,6 +151,8 @@ class Options:
     archive_failed_after: timedelta = DEFAULT_ARCHIVE_FAILED_AFTER  # failed, by run_at
     deadline: float | None = None  # on the clock seam's monotonic scale
     verbose: bool = False  # each failure's log line carries the handler's traceback
+    # The kind of event loop async handlers run on (clock.LOOPS); None: the process's.
+    event_loop: str | None = None
 
 
 Reopen = Callable[[], psycopg.Connection]
@@ -206,6 +208,17 @@ class Link:
                 conn.close()
 
 
+def _use_loop(kind: str | None) -> None:
+    if kind is None:
+        return
+    if kind not in clock.LOOPS:
+        raise ConfigError(f"event_loop={kind!r}: must be one of {', '.join(clock.LOOPS)}")
+    if kind == "uvloop" and not clock.uvloop_installed():
+        raise ConfigError("the uvloop event loop was asked for, and uvloop is not installed: "
+                          "pip install 'drainer[uvloop]', or ask for auto or asyncio")
+    clock.use_loop(kind)
+
+
 def drain(
     conn: psycopg.Connection,
     handlers: Mapping[str, Handler],
@@ -230,6 +243,7 @@ def drain(
         raise ConfigError("drain() needs an autocommit connection (psycopg.connect(url, "
                           "autocommit=True)): on any other, its claims would stay in an "
                           "open transaction while the handlers run")
+    _use_loop(options.event_loop)
     began = clock.monotonic()
     summary = Summary()
     link = Link(conn, reopen)

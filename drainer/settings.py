@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from .clock import LOOPS
 from .errors import ConfigError
 from .run import DEFAULT_ARCHIVE_AFTER as ARCHIVE_AFTER_DELTA
 from .run import DEFAULT_ARCHIVE_FAILED_AFTER as ARCHIVE_FAILED_AFTER_DELTA
@@ -119,6 +120,12 @@ def text(value: str) -> str:
     return value
 
 
+def event_loop(text: str) -> str:
+    if text.strip() not in LOOPS:
+        raise ValueError(f"{text!r} must be one of {', '.join(LOOPS)}")
+    return text.strip()
+
+
 @dataclass(frozen=True)
 class Setting(Generic[T]):
     """One setting: `--name` on the command line of the commands that offer it,
@@ -196,6 +203,11 @@ ARCHIVE_FAILED_AFTER = Setting(
     "days after which failed jobs, cancelled ones too, leave the jobs table, counted from "
     "when they failed (their run_at, set then); until then "
     f"`requeue` can run them again (default {DEFAULT_ARCHIVE_FAILED_AFTER:g})", "DAYS")
+EVENT_LOOP = Setting(
+    "event-loop", event_loop, "auto",
+    "the event loop async handlers run on: uvloop (faster: install drainer[uvloop]), "
+    "asyncio (the standard library's), or auto, uvloop when it is installed (the "
+    "default)", "KIND")
 VERBOSE = Setting(
     "verbose", flag, False,
     "under each failed attempt's log line, the handler's traceback (passwords in URLs "
@@ -246,6 +258,7 @@ class Drain:
     concurrency: int = 1
     archive_after: float = DEFAULT_ARCHIVE_AFTER  # days
     archive_failed_after: float = DEFAULT_ARCHIVE_FAILED_AFTER  # days
+    event_loop: str = "auto"
     verbose: bool = False
 
     @classmethod
@@ -261,6 +274,7 @@ class Drain:
             concurrency=CONCURRENCY.resolve(given.get("concurrency")),
             archive_after=ARCHIVE_AFTER.resolve(given.get("archive_after")),
             archive_failed_after=ARCHIVE_FAILED_AFTER.resolve(given.get("archive_failed_after")),
+            event_loop=EVENT_LOOP.resolve(given.get("event_loop")),
             verbose=VERBOSE.resolve(given.get("verbose")))
 
     def options(self, queues: list[str], deadline: float | None) -> Options:
@@ -269,4 +283,4 @@ class Drain:
                        lease=timedelta(seconds=self.lease), concurrency=self.concurrency,
                        archive_after=timedelta(days=self.archive_after),
                        archive_failed_after=timedelta(days=self.archive_failed_after),
-                       deadline=deadline, verbose=self.verbose)
+                       deadline=deadline, event_loop=self.event_loop, verbose=self.verbose)

@@ -10,12 +10,23 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
+
 import drainer
-from drainer import queue
+from drainer import clock, queue
 from drainer.batch import Batch
 from drainer.run import Options, drain
 from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "uvloop"])
+def event_loop(request):
+    """Every test here on both loops the handlers may run on; the drains in this
+    process then keep the loop of this kind (Options.event_loop None)."""
+    clock.use_loop(request.param)
+    yield request.param
+    clock.use_loop("auto")
 
 
 def test_async_handlers_run_on_one_loop_up_to_the_concurrency(conn):
@@ -299,3 +310,24 @@ def test_an_async_job_written_off_before_its_task_began_never_runs(conn):
     assert ran == [second]  # the slot went on
     assert [j.id for j in outcome.succeeded] == [second]
     assert outcome.lost == {(first, 1)} and not outcome.failed
+
+
+def test_a_drain_runs_async_handlers_on_the_loop_it_is_told(conn, db_url, tmp_path, event_loop):
+    """--event-loop picks the loop; auto is uvloop where it is installed (it is, here)."""
+    for given, expected in ((event_loop, event_loop), ("auto", "uvloop")):
+        seen = tmp_path / f"{given}.loop"
+        drainer.enqueue(conn, "async", {"loop": str(seen)})
+        ran = run_cli("drain", "--database-url", db_url, "--tasks", "asyncy",
+                      "--event-loop", given)
+        assert ran.returncode == 0, ran.stderr
+        assert seen.read_text().split(".")[0] == expected
+
+
+def test_uvloop_asked_for_and_missing_is_a_config_error(conn, monkeypatch):
+    monkeypatch.setattr(clock, "uvloop_installed", lambda: False)
+    drainer.enqueue(conn, "a", {})
+    with pytest.raises(drainer.ConfigError, match=r"drainer\[uvloop\]"):
+        drain(conn, {"a": lambda job: None}, Options(["a"], event_loop="uvloop"))
+    with pytest.raises(drainer.ConfigError, match="one of auto, asyncio, uvloop"):
+        drain(conn, {"a": lambda job: None}, Options(["a"], event_loop="trio"))
+    assert drain(conn, {"a": lambda job: None}, Options(["a"], event_loop="auto")).done == 1

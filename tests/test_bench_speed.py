@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.speed import __main__ as speed
 from bench.speed import report, venvs
-from bench.speed.systems import IO_FIGURES, Drainer, Handwritten, PgQueuer, System
+from bench.speed.systems import ASYNC_IO, IO_FIGURES, Drainer, Handwritten, PgQueuer, System
 from tests.helpers import ROOT, clean_env
 
 FIGURES = {"noop_1", "noop_4", "sleep_1", "sleep_4", "cold_start", "rss", "statements"}
@@ -68,19 +68,21 @@ def test_a_tiny_io_run_measures_drainer_against_its_ideal_and_the_databases_limi
                                "--io-jobs", "40")
     # Only the systems with I/O-bound figures run, and none of the drain workload's
     # other figures or extras.
-    assert list(results["systems"]) == ["drainer"]
+    assert list(results["systems"]) == ["drainer", "drainer --event-loop asyncio"]
     figures = results["systems"]["drainer"]["figures"]
     assert set(figures) == {"noop_1", "rss", "statements", *IO_FIGURES}
     assert "enqueue" not in results and "ratios" not in results
     limit = figures["noop_1"]["median"]
     assert [(r["system"], r["figure"]) for r in results["io"]] == [
-        ("drainer", f) for f in IO_FIGURES]
+        *(("drainer", f) for f in IO_FIGURES),
+        *(("drainer --event-loop asyncio", f) for f in ASYNC_IO)]
     for row in results["io"]:
-        rate = figures[row["figure"]]["median"]
-        assert row["jobs_s"] == figures[row["figure"]]
+        measured = results["systems"][row["system"]]["figures"][row["figure"]]
+        rate = measured["median"]
+        assert row["jobs_s"] == measured
         assert row["of_ideal"] == rate / row["ideal"]
         assert row["of_limit"] == rate / min(row["ideal"], limit)
-    assert [r["ideal"] for r in results["io"]] == [10_000, 10_000, 50_000]
+    assert [r["ideal"] for r in results["io"]] == [10_000, 10_000, 50_000, 10_000, 50_000]
     assert any(line.startswith("| drainer ") and "| async, 500 " in line
                for line in stdout.splitlines())
     assert f"this run: {limit:,.0f}" in stdout

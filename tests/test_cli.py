@@ -53,7 +53,7 @@ def test_help_documents_every_command_and_option_with_its_variable():
 
 
 DRAIN = {"--queue", "--tasks", "--batch-size", "--lease", "--max-runtime", "--concurrency",
-         "--archive-after", "--archive-failed-after", "--verbose"}
+         "--archive-after", "--archive-failed-after", "--event-loop", "--verbose"}
 ARCHIVE = {"--archive-after", "--archive-failed-after"}
 
 

@@ -12,7 +12,7 @@ from drainer.settings import LEASE, Drain
 
 ENV = {"DRAINER_BATCH_SIZE": "7", "DRAINER_LEASE": "42", "DRAINER_CONCURRENCY": "3",
        "DRAINER_ARCHIVE_AFTER": "2.5", "DRAINER_ARCHIVE_FAILED_AFTER": "12",
-       "DRAINER_VERBOSE": "yes", "DRAINER_TASKS": "a,b",
+       "DRAINER_VERBOSE": "yes", "DRAINER_TASKS": "a,b", "DRAINER_EVENT_LOOP": "asyncio",
        "DRAINER_QUEUES": "q1, q2", "DATABASE_URL": "postgresql://app@db.example/app"}
 
 
@@ -37,6 +37,7 @@ def test_the_command_line_and_the_function_read_the_same_drain_options(env):
     assert from_cli.batch_size == 7 and from_cli.concurrency == 3 and from_cli.verbose
     assert from_cli.lease == timedelta(seconds=42) and from_cli.archive_after == timedelta(days=2.5)
     assert from_cli.archive_failed_after == timedelta(days=12)
+    assert from_cli.event_loop == "asyncio"
 
 
 def test_the_command_line_wins_over_the_variable(env):

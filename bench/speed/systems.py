@@ -145,6 +145,18 @@ class Drainer(JobsTable):
                 *self.extra]
 
 
+class DrainerAsyncio(Drainer):
+    """drainer's async handlers on asyncio's own loop, where `drainer` runs them on
+    uvloop (installed with the bench: --event-loop auto picks it)."""
+
+    name = "drainer --event-loop asyncio"
+    figures = ASYNC_IO
+
+    def __init__(self, server: pg.Server):
+        super().__init__(server)
+        self.extra = ["--event-loop", "asyncio"]
+
+
 class DrainerKeyed(Drainer):
     """drainer on jobs that each carry a unique key and one of four priorities: what
     the unique index and the claim's walk over priorities cost a drain."""
@@ -328,7 +340,8 @@ class Procrastinate(Competitor):
 
 
 def all_systems(server: pg.Server, *, competitors: bool = True) -> list[System]:
-    systems = [Drainer(server), DrainerHandMade(server), DrainerKeyed(server),
+    systems = [Drainer(server), DrainerAsyncio(server), DrainerHandMade(server),
+               DrainerKeyed(server),
                DrainerLimited(server, True), DrainerLimited(server, False),
                DrainerLimited(server, False, "--batch-size", "50"),
                Drainer(server, "--batch-size", "10"),

@@ -2,8 +2,8 @@
 
 The drain's settings are the command line's (`drainer.settings.Drain`: DRAINER_TASKS,
 DRAINER_QUEUES, DRAINER_BATCH_SIZE, DRAINER_LEASE, DRAINER_CONCURRENCY,
-DRAINER_ARCHIVE_AFTER, DRAINER_ARCHIVE_FAILED_AFTER, DRAINER_VERBOSE), read the same
-way; the rest is the function's own.
+DRAINER_ARCHIVE_AFTER, DRAINER_ARCHIVE_FAILED_AFTER, DRAINER_EVENT_LOOP,
+DRAINER_VERBOSE), read the same way; the rest is the function's own.
 """
 
 from dataclasses import dataclass, field
