@@ -589,13 +589,14 @@ def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
         _require_sync(conn, limits=True)
         rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
         rated = [lim.queue for lim in spec.limited if lim.rate is not None]
+        grouped = any(lim.per_group is not None for lim in spec.limited)
         with conn.pipeline() as pipeline:
             # Whatever went before (a batch's write-back) commits on its own: the
             # limited claim's transaction must not take it in, nor make it wait.
             pipeline.sync()
         with _limited_transaction(conn):  # one round trip
             sql.run(conn, "limits_lock", {"limits": rows, "now": now})
-            cursors.append(_claim(conn, limited_sql(now is not None),
+            cursors.append(_claim(conn, limited_sql(now is not None, grouped),
                                   {"limits": rows, "rated": rated, "take": spec.take},
                                   spec.lease, now))
     if spec.queues:
@@ -630,17 +631,19 @@ def _claim(conn: psycopg.Connection, text: str, params: dict[str, object],
     return sql.execute(cursor, text, {**params, "lease": lease, "now": now})
 
 
-@lru_cache(maxsize=4)
-def limited_sql(given_now: bool = False) -> str:
+@lru_cache(maxsize=8)
+def limited_sql(given_now: bool = False, grouped: bool = True) -> str:
     """The claim of queues with limits (a migrated table: priorities and meta), which
-    records the starts its rate limits count.
+    records the starts its rate limits count; without `grouped` (no queue of the
+    claim has per_group), without the per-group arm.
 
     Without `given_now`, its time is statement_timestamp(), read when the claim
     starts, after limits_lock granted the locks: now() is when the transaction began,
     before a wait for the locks, so the starts it records would be dated early and
     leave the rate's window early, letting a later claim take their tokens again."""
+    arms = {} if grouped else {"limited_arms": "limited_free"}
     text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
-                       claim_no_starts="claim_starts")
+                       claim_no_starts="claim_starts", **arms)
     return text if given_now else text.replace("coalesce(%(now)s, now())",
                                                "statement_timestamp()")
 

@@ -403,3 +403,18 @@ def test_a_limited_queue_drains_at_any_concurrency_the_option_takes(runs, slots)
     assert (summary.claimed, summary.done) == (3, 3)
     assert queue.claim(runs, [], 10, timedelta(minutes=5), take=slots,
                        limited=[Limits("capped", concurrency=3)]) == []
+
+
+def test_one_claim_serves_a_grouped_queue_and_a_capped_one_together(conn):
+    """A claim with no per-group queue leaves out the per-group arm (a tenth of its
+    time); with one, both arms run, each for its own queues."""
+    drainer.enqueue(conn, "capped", {})
+    drainer.enqueue(conn, "grouped", {}, group="g")
+    drainer.enqueue(conn, "grouped", {}, group="g")  # behind the first of its group
+    spec = [Limits("capped", concurrency=5), Limits("grouped", per_group=1)]
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec)
+    assert sorted(j.queue for j in jobs) == ["capped", "grouped"]
+    drainer.enqueue(conn, "capped", {})
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec[:1])
+    assert [j.queue for j in jobs] == ["capped"]
+    assert "meta ->> 'group'" not in queue.limited_sql(False, grouped=False)

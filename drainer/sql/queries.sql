@@ -226,13 +226,10 @@ j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (:limited_el
 -- many it may take): each queue takes at most the room its limits leave, counted
 -- under limits_lock: its concurrency less its running jobs (a crashed worker's count
 -- until they are reaped), its rate less the starts in its window; then its ready
--- jobs, highest priority then oldest run_at first, that their group lets start; and
--- all queues together no more than %(take)s, the process's free handler slots. A
--- queue with per_group looks among its first ready jobs, then only if they left room
--- and more are ready, among its groups' heads: the best ready jobs it can start are
--- either among the first or, failing those, among the heads. One arm runs per queue;
--- limited_sql() has the time read when the statement starts, after the locks. `take`
--- is a bigint: --concurrency goes past the int.
+-- jobs that their group lets start (limited_arms); and all queues together no more
+-- than %(take)s, the process's free handler slots. limited_sql() has the time read
+-- when the statement starts, after the locks. `take` is a bigint: --concurrency goes
+-- past the int.
 SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -243,38 +240,50 @@ CROSS JOIN LATERAL (
   SELECT greatest(0, least(l.take, l.concurrency - (:limit_running),
                            l.rate - (:limit_window_starts))) AS room
 ) AS n
-CROSS JOIN LATERAL (
-  SELECT * FROM (
-    SELECT j.id, j.priority, j.run_at FROM jobs j
-    WHERE l.per_group IS NULL
-      AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
-    ORDER BY j.priority DESC, j.run_at
-    LIMIT n.room
-    FOR UPDATE SKIP LOCKED) AS free
-  UNION ALL
-  SELECT * FROM (
-    WITH first AS (
-      SELECT j.id, j.priority, j.run_at FROM jobs j
-      WHERE l.per_group IS NOT NULL AND j.id = ANY(ARRAY(:limited_ready))
-        AND (:limited_startable)
-      ORDER BY j.priority DESC, j.run_at
-      LIMIT n.room
-      FOR UPDATE SKIP LOCKED)
-    SELECT * FROM first
-    UNION ALL
-    SELECT * FROM (
-      SELECT j.id, j.priority, j.run_at FROM jobs j
-      WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
-        AND (:more_ready)
-        AND j.id = ANY(ARRAY(:group_heads)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
-        AND (:limited_startable)
-      ORDER BY j.priority DESC, j.run_at
-      LIMIT n.room - (SELECT count(*) FROM first)
-      FOR UPDATE SKIP LOCKED) AS heads
-  ) AS grouped
-) AS c
+CROSS JOIN LATERAL (:limited_arms) AS c
 ) AS ranked
 WHERE ranked.rank <= %(take)s;
+
+-- name: limited_arms
+-- (A subquery of claim_limited, per queue l.) Its ready jobs, highest priority then
+-- oldest run_at first, at most n.room of them; one arm runs per queue. A queue
+-- without per_group takes them from the free arm; one with per_group looks among its
+-- first ready jobs that their group lets start, then only if they left room and more
+-- are ready, among its groups' heads: the best ready jobs it can start are either
+-- among the first or, failing those, among the heads.
+SELECT * FROM (:limited_free) AS free
+UNION ALL
+SELECT * FROM (
+  WITH first AS (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE l.per_group IS NOT NULL AND j.id = ANY(ARRAY(:limited_ready))
+      AND (:limited_startable)
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room
+    FOR UPDATE SKIP LOCKED)
+  SELECT * FROM first
+  UNION ALL
+  SELECT * FROM (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
+      AND (:more_ready)
+      AND j.id = ANY(ARRAY(:group_heads)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
+      AND (:limited_startable)
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room - (SELECT count(*) FROM first)
+    FOR UPDATE SKIP LOCKED) AS heads
+) AS grouped;
+
+-- name: limited_free
+-- (A subquery of claim_limited, per queue l.) The free arm alone: what limited_arms
+-- is when no queue of the claim has per_group, whose arm then costs the claim a
+-- tenth of its time for nothing.
+SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED;
 
 -- name: due_limited
 -- `next_due`'s sources for queues with limits: the earliest moment a queued job may
