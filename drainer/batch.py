@@ -357,11 +357,11 @@ class Batch:
         own with a context of its own (what one job sets in a context variable never
         reaches the next): `_await` records it and carries its slot on. False: the
         slot went on there."""
-        work = self._await(job, awaitable)
+        work, context = self._await(job, awaitable), self.context.copy()
         if clock.on_loop():
-            clock.start_here(work, self.context.copy())
-        else:
-            clock.run_async(work)
+            clock.start_here(work, context)
+        else:  # the task copies the context it is sent from: this thread's would leak
+            context.run(clock.run_async, work)
         return False
 
     async def _await(self, job: Job, awaitable: Awaitable[Any]) -> None:

@@ -9,16 +9,19 @@ place (bench/simulator) without a cost to the code that ships.
 """
 
 import asyncio
+import contextlib
 import contextvars
+import logging
 import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from datetime import datetime
-from importlib.util import find_spec
 from queue import SimpleQueue
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 PROC_STAT = "/proc/self/stat"
 PROC_UPTIME = "/proc/uptime"
@@ -109,17 +112,41 @@ LOOPS = ("auto", "asyncio", "uvloop")  # the kinds of event loop async handlers 
 
 
 def uvloop_installed() -> bool:
-    return find_spec("uvloop") is not None
+    """Whether uvloop imports here (installed, and built for this Python)."""
+    try:
+        import uvloop  # noqa: F401 - only here: a drain without async handlers never pays it
+    except ImportError:
+        return False
+    return True
+
+
+def _resolved(kind: str) -> str:
+    """The loop `kind` gives: "auto" is uvloop's when it imports, else asyncio's."""
+    return "uvloop" if kind == "uvloop" or (kind == "auto" and uvloop_installed()) else "asyncio"
 
 
 def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """A loop of `kind`: uvloop's (faster timers and callbacks) when asked for, or for
-    "auto" when it is installed; else asyncio's."""
-    if kind == "uvloop" or (kind == "auto" and uvloop_installed()):
-        import uvloop  # only here: a drain without async handlers never pays its import
+    """A loop of `kind`: uvloop's (faster timers and callbacks), or asyncio's."""
+    if _resolved(kind) == "uvloop":
+        import uvloop
 
         return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop's thread: run the loop until it is stopped, then close it. asyncio lets
+    SystemExit and KeyboardInterrupt out of the loop when a task a handler started
+    raises one: the loop runs on (the task holds the exception, for whoever awaits it),
+    as its thread's end would leave every job on it waiting forever."""
+    while True:
+        try:
+            loop.run_forever()
+            break
+        except (SystemExit, KeyboardInterrupt) as exc:
+            log.warning("a task on the event loop raised %s; the loop goes on",
+                        type(exc).__name__)
+    loop.close()
 
 
 class _Loop:
@@ -137,10 +164,8 @@ class _Loop:
         with self.lock:
             # The thread, not loop.is_running(): a loop just started is not running yet.
             if self.loop is None or self.thread is None or not self.thread.is_alive():
-                if self.loop is not None:
-                    self.loop.close()  # its thread ended: nothing runs it any more
                 self.loop = _new_loop(self.kind)
-                self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                self.thread = threading.Thread(target=_serve, args=(self.loop,), daemon=True,
                                                name="drainer-async")
                 self.thread.start()
             return asyncio.run_coroutine_threadsafe(awaited(awaitable), self.loop)
@@ -148,30 +173,36 @@ class _Loop:
     def runs_here(self) -> bool:
         return self.thread is threading.current_thread()
 
-    def close(self) -> None:
-        """Cancel the loop's tasks and let them run their cancellation (`finally`
-        blocks, `except CancelledError`), then stop the loop, wait for its thread and
-        close it. A task that blocks the loop, or will not end when cancelled, is
-        waited for LOOP_CLOSE_WAIT seconds, then the loop is left to its daemon thread."""
+    def gives(self, kind: str) -> bool:
+        """Whether this loop is, or will be, of the kind `kind` gives."""
+        with self.lock:
+            made = self.loop is not None
+        return kind == self.kind or (made and _resolved(kind) == _resolved(self.kind))
+
+    def close(self, cancel: bool = True) -> None:
+        """Stop the loop once its tasks have ended, its thread then closes it. With
+        `cancel`, the tasks are cancelled first and may run their cancellation
+        (`finally` blocks, `except CancelledError`): a task that blocks the loop, or
+        will not end when cancelled, is waited for LOOP_CLOSE_WAIT seconds, then the
+        loop is left to its daemon thread. Without, they run to their end."""
         with self.lock:
             loop, thread, self.loop, self.thread = self.loop, self.thread, None, None
-        if loop is None or thread is None:
+        if loop is None or thread is None or not thread.is_alive():
             return
-        if thread.is_alive():
-            asyncio.run_coroutine_threadsafe(_wind_down(), loop)
+        asyncio.run_coroutine_threadsafe(_wind_down(cancel), loop)
+        if cancel:
             thread.join(LOOP_CLOSE_WAIT)
-        if not thread.is_alive():
-            loop.close()
 
 
-async def _wind_down() -> None:
-    """Cancel every other task of the running loop, wait (bounded) for them to end,
-    and stop the loop."""
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    for other in others:
-        other.cancel()
-    if others:
-        await asyncio.wait(others, timeout=LOOP_CLOSE_WAIT)
+async def _wind_down(cancel: bool) -> None:
+    """Cancel every other task of the running loop if asked, wait for them to end
+    (bounded when cancelled), and stop the loop."""
+    while others := asyncio.all_tasks() - {asyncio.current_task()}:
+        for other in others if cancel else ():
+            other.cancel()
+        await asyncio.wait(others, timeout=LOOP_CLOSE_WAIT if cancel else None)
+        if cancel:
+            break
     asyncio.get_running_loop().stop()
 
 
@@ -207,8 +238,10 @@ def start_here(coroutine: Coroutine[Any, Any, None],
 
 
 def cancel(task: "asyncio.Task[Any]") -> None:
-    """Cancel a task of the loop from any thread (on its loop's thread)."""
-    task.get_loop().call_soon_threadsafe(task.cancel)
+    """Cancel a task of the loop from any thread (on its loop's thread); nothing when
+    its loop has been closed (a task of a closed loop never runs again)."""
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        task.get_loop().call_soon_threadsafe(task.cancel)
 
 
 def on_loop() -> bool:
@@ -217,13 +250,15 @@ def on_loop() -> bool:
 
 
 def use_loop(kind: str) -> None:
-    """Run async handlers on a loop of `kind` (one of LOOPS) from now on: a loop of
-    another kind is ended (its tasks cancelled: only handlers written off by earlier
-    drains are left on it), and the next async handler starts the new one."""
+    """Run async handlers on a loop of `kind` (one of LOOPS) from now on. A loop of
+    another kind is retired: its tasks (another drain's handlers, in a program that
+    runs two) run to their end on it, and it stops then; new ones go to the new loop."""
     global _LOOP
-    if kind != _LOOP.kind:
-        loop, _LOOP = _LOOP, _Loop(kind)
-        loop.close()
+    if not _LOOP.gives(kind):
+        old, _LOOP = _LOOP, _Loop(kind)
+        old.close(cancel=False)
+    else:
+        _LOOP.kind = kind
 
 
 def end_threads() -> None:
@@ -235,7 +270,7 @@ def end_threads() -> None:
     global _THREADS, _LOOP
     old, _THREADS = _THREADS, _Threads()
     old.close()
-    loop, _LOOP = _LOOP, _Loop(_LOOP.kind)
+    loop, _LOOP = _LOOP, _Loop()
     loop.close()
 
 

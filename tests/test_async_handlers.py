@@ -6,10 +6,12 @@ mid-batch, kill -9 then the reaper)."""
 import asyncio
 import contextvars
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 import drainer
@@ -257,7 +259,7 @@ def test_a_timed_out_async_handler_is_cancelled_and_its_slot_goes_on(conn):
     assert error.startswith("TimeoutError: ")
 
 
-SEEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("seen", default=None)
+SEEN: contextvars.ContextVar[object] = contextvars.ContextVar("seen", default=None)
 
 
 def test_what_one_async_job_sets_in_a_context_variable_never_reaches_the_next(conn):
@@ -331,3 +333,129 @@ def test_uvloop_asked_for_and_missing_is_a_config_error(conn, monkeypatch):
     with pytest.raises(drainer.ConfigError, match="one of auto, asyncio, uvloop"):
         drain(conn, {"a": lambda job: None}, Options(["a"], event_loop="trio"))
     assert drain(conn, {"a": lambda job: None}, Options(["a"], event_loop="auto")).done == 1
+
+
+def test_an_async_job_started_off_the_loop_starts_in_the_drains_context_too(conn):
+    """A slot's next async job may start on a pool thread (after a sync job, or in the
+    fresh slot that replaces a timed-out one), whose own context lives on between
+    jobs: what a sync job set there must not reach it."""
+    met = []
+
+    def sync_handler(job):
+        SEEN.set(f"sync job {job.id}")
+
+    async def async_handler(job):
+        met.append(SEEN.get())
+        if job.payload.get("stuck"):
+            await asyncio.sleep(30)
+
+    for n in range(6):  # claimed in id order: the queues take turns
+        drainer.enqueue(conn, "cvs" if n % 2 == 0 else "cva", {"stuck": n == 1})
+    token = SEEN.set("drain")
+    try:
+        summary = drain(conn, {"cvs": sync_handler,
+                               "cva": Task(async_handler, "cva", timeout=0.3)},
+                        Options(["cvs", "cva"], concurrency=1, batch_size=6))
+    finally:
+        SEEN.reset(token)
+    assert (summary.done, summary.retried) == (5, 1)
+    assert met == ["drain"] * 3
+
+
+def test_systemexit_in_a_task_a_handler_started_fails_that_job_and_the_loop_goes_on(conn):
+    """asyncio lets SystemExit out of its loop when a task raises it, not only the
+    handler itself: the loop's thread ended, and every job on it waited forever (the
+    drain hung, its leases kept alive by heartbeats)."""
+
+    async def child():
+        raise SystemExit(3)
+
+    async def handler(job):
+        if job.payload.get("exit"):
+            await asyncio.gather(child())
+        await asyncio.sleep(0.01)
+
+    drainer.enqueue(conn, "se", {"exit": True})
+    drainer.enqueue_many(conn, "se", [{}] * 3)
+    stop, out = threading.Event(), {}
+
+    def run():
+        out["summary"] = drain(conn, {"se": handler},
+                               Options(["se"], concurrency=2, lease=timedelta(seconds=3)),
+                               stop=stop)
+
+    drainer_thread = threading.Thread(target=run, daemon=True)
+    drainer_thread.start()
+    drainer_thread.join(20)
+    hung = drainer_thread.is_alive()
+    stop.set()
+    drainer_thread.join(10)
+    assert not hung, "the drain hung: the loop's thread had ended"
+    assert (out["summary"].done, out["summary"].retried) == (3, 1)
+
+
+def test_a_drain_asking_for_another_loop_leaves_another_drains_handlers_be(conn, db_url,
+                                                                        event_loop):
+    """drain() is a library call: of two drains in one process, one that asks for
+    another kind of loop must not cancel the handlers the other runs on the first."""
+    started, results = threading.Event(), {}
+
+    async def slow(job):
+        started.set()
+        await asyncio.sleep(1)
+
+    drainer.enqueue_many(conn, "sa", [{}] * 3)
+    drainer.enqueue(conn, "sb", {})
+
+    def first():
+        with psycopg.connect(db_url, autocommit=True) as own:
+            results["a"] = drain(own, {"sa": slow},
+                                 Options(["sa"], concurrency=3, event_loop=event_loop))
+
+    other = threading.Thread(target=first)
+    other.start()
+    assert started.wait(10)
+
+    async def quick(job):
+        pass
+
+    switched = "uvloop" if event_loop == "asyncio" else "asyncio"
+    assert drain(conn, {"sb": quick}, Options(["sb"], event_loop=switched)).done == 1
+    other.join(30)
+    assert (results["a"].done, results["a"].retried) == (3, 0)
+    assert drain(conn, {"sb": quick}, Options(["sb"], event_loop="auto")).done == 0
+
+
+def test_auto_with_a_uvloop_that_does_not_import_runs_on_asyncios_loop(
+        conn, tmp_path, monkeypatch):
+    """uvloop may be installed and still not import (built for another Python, a
+    layer's): auto then runs the handlers on asyncio's loop, and asking for uvloop is
+    refused before anything is claimed."""
+    fake = tmp_path / "uvloop"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('built for another Python')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "uvloop" or m.startswith("uvloop.")]:
+        monkeypatch.delitem(sys.modules, name)
+    clock.end_threads()  # no loop made yet: the next is made afresh
+    loops = []
+
+    async def handler(job):
+        loops.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+
+    drainer.enqueue(conn, "bu", {})
+    with pytest.raises(drainer.ConfigError, match="uvloop"):
+        drain(conn, {"bu": handler}, Options(["bu"], event_loop="uvloop"))
+    assert drain(conn, {"bu": handler}, Options(["bu"], event_loop="auto")).done == 1
+    assert loops == ["asyncio"]
+
+
+def test_a_drain_process_exits_with_a_written_off_handler_that_ignores_cancellation(
+        conn, db_url, event_loop):
+    drainer.enqueue(conn, "stubborn", {})
+    drainer.enqueue_many(conn, "quick", [{}] * 5)
+    ran = run_cli("drain", "--database-url", db_url, "--tasks", "stubborn", "--queue",
+                  "stubborn", "--queue", "quick", "--concurrency", "2", "--event-loop",
+                  event_loop, timeout=60)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (summary_of(ran.stdout)["done"], summary_of(ran.stdout)["retried"]) == (5, 1)
