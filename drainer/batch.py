@@ -254,9 +254,13 @@ class Batch:
             return job
 
     def _next(self) -> Job | None:
-        if not self.closed and not self._fresh():
+        """The next job, now running; a heartbeat first when the leases are not fresh
+        (`_take` looks: one look a job where they are)."""
+        job = self._take()
+        if job is None and not self.closed and not self._fresh():
             self._confirm()
-        return self._take()
+            job = self._take()
+        return job
 
     def _confirm(self) -> None:
         """Heartbeat before starting a job whose lease may be near its end; one thread
