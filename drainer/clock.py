@@ -111,6 +111,13 @@ _THREADS = _Threads()
 LOOPS = ("auto", "asyncio", "uvloop")  # the kinds of event loop async handlers may run on
 
 
+def loop_kind(text: str) -> str:
+    """One of LOOPS (surrounding blanks dropped); ValueError names them."""
+    if text.strip() not in LOOPS:
+        raise ValueError(f"{text!r} must be one of {', '.join(LOOPS)}")
+    return text.strip()
+
+
 def uvloop_installed() -> bool:
     """Whether uvloop imports here (installed, and built for this Python)."""
     try:
@@ -220,6 +227,7 @@ async def awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 _LOOP = _Loop()
+_SWAP = threading.Lock()  # held while the process's loop is swapped for another
 
 
 def run_async(awaitable: Awaitable[Any]) -> "Future[Any]":
@@ -254,11 +262,13 @@ def use_loop(kind: str) -> None:
     another kind is retired: its tasks (another drain's handlers, in a program that
     runs two) run to their end on it, and it stops then; new ones go to the new loop."""
     global _LOOP
-    if not _LOOP.gives(kind):
-        old, _LOOP = _LOOP, _Loop(kind)
-        old.close(cancel=False)
-    else:
-        _LOOP.kind = kind
+    with _SWAP:  # two drains starting at once: one swap at a time
+        old = _LOOP
+        if old.gives(kind):
+            old.kind = kind
+            return
+        _LOOP = _Loop(kind)
+    old.close(cancel=False)
 
 
 def end_threads() -> None:
@@ -270,7 +280,8 @@ def end_threads() -> None:
     global _THREADS, _LOOP
     old, _THREADS = _THREADS, _Threads()
     old.close()
-    loop, _LOOP = _LOOP, _Loop()
+    with _SWAP:
+        loop, _LOOP = _LOOP, _Loop()
     loop.close()
 
 

@@ -211,8 +211,10 @@ class Link:
 def _use_loop(kind: str | None) -> None:
     if kind is None:
         return
-    if kind not in clock.LOOPS:
-        raise ConfigError(f"event_loop={kind!r}: must be one of {', '.join(clock.LOOPS)}")
+    try:
+        kind = clock.loop_kind(kind)
+    except ValueError as exc:
+        raise ConfigError(f"event_loop={exc}") from None
     if kind == "uvloop" and not clock.uvloop_installed():
         raise ConfigError("the uvloop event loop was asked for, and uvloop is not installed: "
                           "pip install 'drainer[uvloop]', or ask for auto or asyncio")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from .clock import LOOPS
+from .clock import loop_kind
 from .errors import ConfigError
 from .run import DEFAULT_ARCHIVE_AFTER as ARCHIVE_AFTER_DELTA
 from .run import DEFAULT_ARCHIVE_FAILED_AFTER as ARCHIVE_FAILED_AFTER_DELTA
@@ -120,12 +120,6 @@ def text(value: str) -> str:
     return value
 
 
-def event_loop(text: str) -> str:
-    if text.strip() not in LOOPS:
-        raise ValueError(f"{text!r} must be one of {', '.join(LOOPS)}")
-    return text.strip()
-
-
 @dataclass(frozen=True)
 class Setting(Generic[T]):
     """One setting: `--name` on the command line of the commands that offer it,
@@ -204,7 +198,7 @@ ARCHIVE_FAILED_AFTER = Setting(
     "when they failed (their run_at, set then); until then "
     f"`requeue` can run them again (default {DEFAULT_ARCHIVE_FAILED_AFTER:g})", "DAYS")
 EVENT_LOOP = Setting(
-    "event-loop", event_loop, "auto",
+    "event-loop", loop_kind, "auto",
     "the event loop async handlers run on: uvloop (faster: install drainer[uvloop]), "
     "asyncio (the standard library's), or auto, uvloop when it is installed (the "
     "default)", "KIND")

@@ -65,12 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def chosen_figures(system: System, workloads: list[str]) -> list[str]:
     """The system's figures the workloads measure. The I/O-bound one takes the
-    1-process no-op figure too: drainer's is the database's limit in that run."""
+    1-process no-op figure too, of a system that has one: drainer's is the database's
+    limit in that run."""
     drain = [f for f in system.figures if f not in IO_FIGURES]
     io = [f for f in system.figures if f in IO_FIGURES]
     chosen = drain if "drain" in workloads else []
     if "io" in workloads and io:
-        chosen = [*chosen, *(f for f in ("noop_1", *io) if f not in chosen)]
+        limit = ["noop_1"] if "noop_1" in system.figures else []
+        chosen = [*chosen, *(f for f in (*limit, *io) if f not in chosen)]
     return chosen
 
 

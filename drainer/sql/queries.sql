@@ -276,8 +276,8 @@ SELECT * FROM (
 
 -- name: limited_free
 -- (A subquery of claim_limited, per queue l.) The free arm alone: what limited_arms
--- is when no queue of the claim has per_group, whose arm then costs the claim a
--- tenth of its time for nothing.
+-- is when no queue of the claim has per_group, whose arm then costs the claim about
+-- a fifth of its time for nothing.
 SELECT j.id, j.priority, j.run_at FROM jobs j
 WHERE l.per_group IS NULL
   AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
