@@ -10,7 +10,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -575,46 +575,77 @@ def claim(
     """Claim up to `batch_size` ready jobs of `queues`, highest priority then oldest
     run_at first (oldest first on a table without priorities), and up to `take` of
     each queue of `limited` within its limits; commits at once."""
-    return _jobs(_claims(conn, Claim(queues, batch_size, lease, limited, take), now))
+    return _jobs(_send(conn, Claim(queues, batch_size, lease, limited, take), now)[1])
 
 
-def _claims(conn: psycopg.Connection, spec: Claim, now: datetime | None
-            ) -> list[psycopg.Cursor]:
-    """Send the claims `spec` asks for: for queues with limits one in a transaction
-    that first takes their locks, and the plain one for queues without limits. The
-    limited queues' jobs come first in the batch: they are no more than its free
-    handler slots, so they start at once, never held in the batch behind others."""
-    cursors = []
-    if spec.limited:
+Write = Callable[[], "psycopg.Cursor | None"]
+
+
+def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
+          write: Write | None = None) -> tuple["psycopg.Cursor | None", list[psycopg.Cursor]]:
+    """Send `write()` (a batch's write-back) and the claims `spec` asks for in one round
+    trip that is one transaction: the pipeline's own, up to its sync, or where queues
+    have limits an explicit one (_limited_transaction) in which their locks are taken
+    last, after the plain claim, so as to be held the least. So when any statement
+    fails, none of them landed. Nothing here reads from the server before the sync:
+    a read would sync the pipeline and commit what went before. The limited queues'
+    jobs come first in the batch: they are no more than its free handler slots, so
+    they start at once, never held in the batch behind others."""
+    limited = spec is not None and bool(spec.limited)
+    if limited:
         _require_sync(conn, limits=True)
-        rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
-        rated = [lim.queue for lim in spec.limited if lim.rate is not None]
-        grouped = any(lim.per_group is not None for lim in spec.limited)
-        with conn.pipeline() as pipeline:
-            # Whatever went before (a batch's write-back) commits on its own: the
-            # limited claim's transaction must not take it in, nor make it wait.
-            pipeline.sync()
-        with _limited_transaction(conn):  # one round trip
-            sql.run(conn, "limits_lock", {"limits": rows, "now": now})
-            cursors.append(_claim(conn, limited_sql(now is not None, grouped),
-                                  {"limits": rows, "rated": rated, "take": spec.take},
-                                  spec.lease, now))
-    if spec.queues:
-        text = claim_sql(spec.size, *claim_kind(conn), now is not None)
-        cursors.append(_claim(conn, text, {"queues": list(spec.queues)}, spec.lease, now))
-    return cursors
+    plain = claim_sql(spec.size, *claim_kind(conn), now is not None) if (
+        spec is not None and spec.queues) else None
+    cursors = []
+    # A plain claim alone needs no pipeline. (After one, the server's idle_session_timeout
+    # is not armed: psycopg's Flush after the sync disarms it.)
+    frame = (_limited_transaction(conn) if limited else
+             sql.pipeline(conn) if write is not None else nullcontext())
+    with frame:
+        written = write() if write is not None else None
+        if plain is not None and spec is not None:
+            cursors.append(_claim(conn, plain, {"queues": list(spec.queues)}, spec.lease, now))
+        if limited and spec is not None:
+            cursors.insert(0, _limited_claim(conn, spec, now))
+    return written, cursors
+
+
+def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
+                   ) -> psycopg.Cursor:
+    """The claim of `spec`'s limited queues, in a limited transaction: their locks,
+    then their jobs."""
+    rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
+    rated = [lim.queue for lim in spec.limited if lim.rate is not None]
+    grouped = any(lim.per_group is not None for lim in spec.limited)
+    sql.run(conn, "limits_lock", {"limits": rows, "now": now})
+    return _claim(conn, limited_sql(now is not None, grouped),
+                  {"limits": rows, "rated": rated, "take": spec.take}, spec.lease, now)
 
 
 @contextmanager
 def _limited_transaction(conn: psycopg.Connection) -> Iterator[None]:
-    """A pipelined transaction for statements on limited queues: read committed (but
-    in a test's savepoint: drainer.testing's in_transaction), without JIT."""
-    outermost = conn.info.transaction_status == TransactionStatus.IDLE
-    with sql.pipeline(conn), sql.transaction(conn):
-        if outermost:
-            sql.run(conn, "read_committed")
-        sql.run(conn, "no_jit")
-        yield
+    """A pipeline whose statements are one transaction of their own: read committed
+    (whatever the database's or role's default), without JIT. Its BEGIN and COMMIT go
+    in the pipeline with them: psycopg's transaction() waits for the server as it
+    begins and as it commits, two more round trips a claim. A transaction that failed
+    is rolled back, the session left as it was. In a test's transaction
+    (drainer.testing's in_transaction), a savepoint."""
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        with sql.pipeline(conn), sql.transaction(conn):
+            sql.run(conn, "no_jit")
+            yield
+        return
+    try:
+        with sql.pipeline(conn):
+            sql.run(conn, "begin_read_committed")
+            sql.run(conn, "no_jit")
+            yield
+            sql.run(conn, "commit")
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                conn.rollback()
+        raise
 
 
 def _jobs(cursors: Sequence[psycopg.Cursor]) -> list[Job]:
@@ -825,13 +856,16 @@ def settle(
     now: datetime | None = None,
 ) -> Settled:
     """Complete, fail and release a batch's jobs in one guarded statement, and claim
-    the next batch (queues, size, lease), in one round trip: the statements go out
-    together in pipeline mode. `results` ({claim: JSON text}) are the return values of
-    succeeded jobs whose task keeps them, written first; `also(conn)` sends more
-    statements in the same round trip (their answers are not read). Only what there
-    is to send is sent."""
+    the next batch (queues, size, lease), in one round trip that is one transaction
+    (see _send). `results` ({claim: JSON text}) are the return values of succeeded jobs
+    whose task keeps them, written first; `also(conn)` sends more statements in the
+    same round trip (their answers are not read). Only what there is to send is sent.
+    A claim that fails takes the write-back with it: where the session lives on,
+    nothing of the round trip landed, and the write-back is sent again on its own
+    before the claim's error is raised (else the jobs that ran would run again)."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
-    with sql.pipeline(conn):
+
+    def write() -> psycopg.Cursor | None:
         if results:
             kept = [job for job in succeeded if job.token in results]
             sql.run(conn, "keep_results", {**_pairs(kept),
@@ -839,7 +873,16 @@ def settle(
         written = sql.run(conn, "settle", params) if params else None
         if also is not None:
             also(conn)
-        claimed = _claims(conn, claim_next, now) if claim_next else []
+        return written
+
+    try:
+        written, claimed = _send(conn, claim_next, now, write)
+    except DrainerError:
+        if (claim_next is None or conn.broken
+                or conn.info.transaction_status != TransactionStatus.IDLE):
+            raise
+        settle(conn, succeeded, failures, unstarted, results=results, also=also, now=now)
+        raise
     return _settled(written.fetchall() if written is not None else (), _jobs(claimed))
 
 

@@ -418,3 +418,37 @@ def test_one_claim_serves_a_grouped_queue_and_a_capped_one_together(conn):
     jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec[:1])
     assert [j.queue for j in jobs] == ["capped"]
     assert "meta ->> 'group'" not in queue.limited_sql(False, grouped=False)
+
+
+def test_a_limited_claim_that_fails_still_writes_its_batch_back(conn, db_url):
+    """A batch is written back in the limited claim's transaction (one round trip): a
+    claim that fails there (here the role's lock_timeout, while another drainer holds
+    the queue's lock) rolls that write-back back too. It is sent again on its own
+    before the error is raised, so the jobs that ran are not run again after their
+    lease, and the one never started is queued again."""
+    drainer.enqueue_many(conn, "capped", [{}] * 4)
+    capped = Limits("capped", concurrency=10)
+    with psycopg.connect(db_url, autocommit=True) as drain:
+        jobs = queue.claim(drain, [], 10, timedelta(minutes=5), take=10, limited=[capped])
+        drain.execute("SET lock_timeout = '100ms'")
+        with limit_held(db_url, "capped"), pytest.raises(drainer.DrainerError):
+            queue.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
+                         claim_next=queue.Claim([], 10, timedelta(minutes=5), [capped], 10))
+        statuses = drain.execute("SELECT status, attempts, locked_until IS NULL FROM jobs "
+                                 "ORDER BY id").fetchall()
+    assert statuses == [("done", 1, True), ("done", 1, True), ("queued", 1, True),
+                        ("queued", 0, True)]
+
+
+def test_a_write_back_frees_the_room_its_own_limited_claim_counts(conn):
+    """The write-back and the limited claim share a transaction: the claim sees the
+    jobs its write-back just ended as no longer running."""
+    drainer.enqueue_many(conn, "capped", [{}] * 4)
+    capped = [Limits("capped", concurrency=2)]
+    lease = timedelta(minutes=5)
+    first = queue.claim(conn, [], 10, lease, take=10, limited=capped)
+    assert len(first) == 2
+    settled = queue.settle(conn, first, [], [],
+                           claim_next=queue.Claim([], 10, lease, capped, 10))
+    assert settled.done == {j.token for j in first} and len(settled.claimed) == 2
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (2,)

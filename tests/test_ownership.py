@@ -386,3 +386,32 @@ def test_sizer_judges_a_queue_by_its_longest_job_or_its_timeout():
     assert sizer.may_start(0.13, "slow", timeout=0.1)  # it cannot run longer than that
     assert not sizer.may_start(0.13, "never-run", timeout=0.5)
     assert sizer.may_start(0.13, "never-run") and sizer.may_start(None, "slow")
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
+def test_a_claim_that_fails_never_takes_its_write_back_with_it(conn, limited):
+    """A batch's write-back and the next claim are one round trip and one transaction
+    (the pipeline's, or a limited claim's): a claim that fails rolls the write-back
+    back. Here another party's trigger refuses every claim. The write-back is sent
+    again on its own before the error is raised: the jobs that ran are not run again
+    after their lease, and the one never started is queued again at once."""
+    from drainer.limits import Limits
+    drainer.enqueue_many(conn, "q", [{}] * 4)
+    lease = timedelta(minutes=5)
+    capped = [Limits("q", concurrency=10)] if limited else []
+    spec = queue.Claim([] if limited else ["q"], 10, lease, capped, 10)
+    jobs = queue.claim(conn, spec.queues, 10, lease, limited=capped, take=10)
+    conn.execute("""
+        CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'claims refused'; END $$;
+        CREATE TRIGGER refuse_claims BEFORE UPDATE ON jobs FOR EACH ROW
+        WHEN (OLD.status = 'queued' AND NEW.status = 'running') EXECUTE FUNCTION refuse_claims();
+    """)
+    drainer.enqueue(conn, "q", {})  # ready for the claim that fails
+    with pytest.raises(drainer.DrainerError, match="claims refused"):
+        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], claim_next=spec)
+    assert conn.execute("SELECT status, attempts, locked_until IS NULL FROM jobs ORDER BY id"
+                        ).fetchall() == [("done", 1, True), ("done", 1, True),
+                                         ("queued", 1, True), ("queued", 0, True),
+                                         ("queued", 0, True)]
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

@@ -122,11 +122,14 @@ SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
 RETURNING 1;
 
--- name: read_committed
+-- name: begin_read_committed
 -- A limited claim's transaction, whatever the database's or role's default: the claim
 -- must see the jobs other drainers started while it waited for limits_lock, which a
 -- repeatable read snapshot, taken at the transaction's first statement, would not.
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: commit
+COMMIT;
 
 -- name: no_jit
 -- In a transaction of limited claims or next_due: no JIT compiling. The planner sees
