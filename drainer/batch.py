@@ -127,6 +127,8 @@ class Ended(NamedTuple):
     traced: str | None = None
 
 
+RETURNED = Ended()  # a handler that returned, with nothing to keep
+
 @dataclass
 class Outcome:
     """What became of a batch, before it is written back."""
@@ -182,6 +184,7 @@ class Batch:
         self.cap = concurrency  # jobs in flight at most
         self.slots = min(concurrency, len(jobs))
         self.lease = lease.total_seconds()
+        self.fresh_for = CONFIRM_AFTER * self.lease  # seconds a confirmation lets jobs start
         self.extend = extend
         self.may_start = may_start
         self.stop = stop
@@ -206,6 +209,7 @@ class Batch:
         # start their jobs (an awaitable from another function takes a pool thread).
         self.async_queues = {q for q, t in self.tasks.items()
                              if inspect.iscoroutinefunction(t.fn)}
+        self.keeping = {q for q, t in self.tasks.items() if t.keep_result}
         self.outcome = Outcome()
         self.lock = threading.Lock()
         self.wake = clock.event()  # set when no slot is left, or a refill is due
@@ -223,9 +227,8 @@ class Batch:
     def _fresh(self) -> bool:
         """Whether the batch's leases were confirmed recently enough to start a job, by
         both clocks: a wall clock set back or forward only costs a heartbeat."""
-        limit = CONFIRM_AFTER * self.lease
-        return (clock.monotonic() - self.confirmed < limit
-                and abs(clock.wall() - self.confirmed_wall) < limit)
+        return (clock.monotonic() - self.confirmed < self.fresh_for
+                and abs(clock.wall() - self.confirmed_wall) < self.fresh_for)
 
     def _startable(self) -> Job | None:
         """The pending job that may start next; the caller holds the lock."""
@@ -350,7 +353,7 @@ class Batch:
             return Ended(Setback(f"the payload cannot be loaded: {job.payload.reason}"))
         try:
             result = self.tasks[job.queue].fn(job)
-            if inspect.isawaitable(result):  # an `async def`, perhaps wrapped
+            if result is not None and inspect.isawaitable(result):  # an `async def`
                 return result
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
             return self._raised(job, exc)
@@ -396,6 +399,8 @@ class Batch:
                      traced=trace(exc) if self.tracebacks else None)
 
     def _returned(self, job: Job, result: object) -> "Ended":
+        if result is None and job.queue not in self.keeping:
+            return RETURNED  # most handlers: nothing to check, nothing to keep
         unawaited = _unawaited(result)  # work that never ran
         if unawaited is not None or not self.tasks[job.queue].keep_result:
             return Ended(unawaited)

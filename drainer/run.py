@@ -334,6 +334,8 @@ class _Steps:
         return (size, "empty") if size >= 1 else (0, "deadline")
 
     def may_start(self, job: queue.Job) -> bool:
+        if self.options.deadline is None:  # nothing to judge but the stop, at each job
+            return not self.stop.is_set()
         return not self.stop.is_set() and self.sizer.may_start(
             self.remaining(), job.queue, self.tasks[job.queue].timeout)
 
@@ -364,7 +366,10 @@ class _Steps:
             extend=lambda js: self.link.send(
                 lambda c: queue.extend_claims(c, js, self.options.lease,
                                               now=clock.database_now())),
-            may_start=self.may_start, stop=self.stop, confirmed=sent, took=self.took,
+            may_start=self.may_start, stop=self.stop, confirmed=sent,
+            # Handlers' times serve the deadline's judgement and tracing only.
+            took=(self.took if self.options.deadline is not None or self.spans is not None
+                  else None),
             tracebacks=self.options.verbose,
             refill=self.refill if self.refills(size, len(jobs)) else None)
         outcome = running.run()
