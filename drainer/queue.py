@@ -584,23 +584,23 @@ Write = Callable[[], "psycopg.Cursor | None"]
 def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
           write: Write | None = None) -> tuple["psycopg.Cursor | None", list[psycopg.Cursor]]:
     """Send `write()` (a batch's write-back) and the claims `spec` asks for in one round
-    trip that is one transaction: the pipeline's own, up to its sync, or where queues
-    have limits an explicit one (_limited_transaction) in which their locks are taken
-    last, after the plain claim, so as to be held the least. So when any statement
-    fails, none of them landed. Nothing here reads from the server before the sync:
-    a read would sync the pipeline and commit what went before. The limited queues'
-    jobs come first in the batch: they are no more than its free handler slots, so
-    they start at once, never held in the batch behind others."""
+    trip that is one transaction (_transaction), in which the locks of queues with
+    limits are taken last, after the plain claim, so as to be held the least: when
+    anything fails, nothing of it landed. Nothing here reads from the server before the
+    end: a read would sync the pipeline midway. The limited queues' jobs come first in
+    the batch: they are no more than its free handler slots, so they start at once,
+    never held in the batch behind others."""
     limited = spec is not None and bool(spec.limited)
     if limited:
         _require_sync(conn, limits=True)
     plain = claim_sql(spec.size, *claim_kind(conn), now is not None) if (
         spec is not None and spec.queues) else None
     cursors = []
-    # A plain claim alone needs no pipeline. (After one, the server's idle_session_timeout
-    # is not armed: psycopg's Flush after the sync disarms it.)
-    frame = (_limited_transaction(conn) if limited else
-             sql.pipeline(conn) if write is not None else nullcontext())
+    # A plain claim alone is one statement, sent as it is. (After a pipeline, the
+    # server's idle_session_timeout is not armed: psycopg's Flush after the sync
+    # disarms it.)
+    frame = (_transaction(conn, limits=limited) if limited or write is not None
+             else nullcontext())
     with frame:
         written = write() if write is not None else None
         if plain is not None and spec is not None:
@@ -623,22 +623,28 @@ def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
 
 
 @contextmanager
-def _limited_transaction(conn: psycopg.Connection) -> Iterator[None]:
-    """A pipeline whose statements are one transaction of their own: read committed
-    (whatever the database's or role's default), without JIT. Its BEGIN and COMMIT go
-    in the pipeline with them: psycopg's transaction() waits for the server as it
-    begins and as it commits, two more round trips a claim. A transaction that failed
-    is rolled back, the session left as it was. In a test's transaction
-    (drainer.testing's in_transaction), a savepoint."""
+def _transaction(conn: psycopg.Connection, *, limits: bool = False) -> Iterator[None]:
+    """A pipeline whose statements are one transaction of their own, read committed
+    whatever the database's or role's default (a limited claim must see the jobs other
+    drainers started while it waited for their locks); with `limits` (statements on
+    limited queues), without JIT. Its BEGIN and COMMIT go in the pipeline with them:
+    psycopg's transaction() waits for the server as it begins and as it commits, two
+    more round trips. Not the pipeline's implicit transaction either: a COMMIT that
+    fails (a deferred constraint's error) is then a statement's error, which leaves
+    the session usable, and an exception raised while the statements are queued
+    leaves the transaction open, to be rolled back: nothing of it landed. In a test's
+    transaction (drainer.testing's in_transaction), a savepoint."""
     if conn.info.transaction_status != TransactionStatus.IDLE:
         with sql.pipeline(conn), sql.transaction(conn):
-            sql.run(conn, "no_jit")
+            if limits:
+                sql.run(conn, "no_jit")
             yield
         return
     try:
         with sql.pipeline(conn):
             sql.run(conn, "begin_read_committed")
-            sql.run(conn, "no_jit")
+            if limits:
+                sql.run(conn, "no_jit")
             yield
             sql.run(conn, "commit")
     except BaseException:
@@ -862,7 +868,11 @@ def settle(
     same round trip (their answers are not read). Only what there is to send is sent.
     A claim that fails takes the write-back with it: where the session lives on,
     nothing of the round trip landed, and the write-back is sent again on its own
-    before the claim's error is raised (else the jobs that ran would run again)."""
+    before the claim's error is raised (else the jobs that ran would run again). After
+    another exception (KeyboardInterrupt, a signal handler's SystemExit, one `also`
+    raised), which may have come once the round trip committed, it is sent again
+    without the release, as settle_again does, and without `also` (a schedule's next
+    slot is then enqueued by the next drain's start)."""
     params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
 
     def write() -> psycopg.Cursor | None:
@@ -877,11 +887,15 @@ def settle(
 
     try:
         written, claimed = _send(conn, claim_next, now, write)
-    except DrainerError:
+    except BaseException as exc:
         if (claim_next is None or conn.broken
                 or conn.info.transaction_status != TransactionStatus.IDLE):
             raise
-        settle(conn, succeeded, failures, unstarted, results=results, also=also, now=now)
+        if isinstance(exc, DrainerError):
+            settle(conn, succeeded, failures, unstarted, results=results, also=also, now=now)
+        else:  # the interrupt comes first: whatever the write-back meets here is dropped
+            with suppress(BaseException):
+                settle(conn, succeeded, failures, (), results=results, now=now)
         raise
     return _settled(written.fetchall() if written is not None else (), _jobs(claimed))
 
@@ -975,7 +989,7 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     if not limited:
         return plain
     rows = json.dumps([asdict(lim) for lim in limited])
-    with _limited_transaction(conn):
+    with _transaction(conn, limits=True):
         cursor = sql.run(conn, "due_limited", {"limits": rows, "now": now})
     run_at, lease_end = cursor.fetchall()[0]
     run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)

@@ -1,10 +1,12 @@
 """Flow control across drainers, enforced in the claim: concurrency, per-group FIFO,
 rate; checked from what real drainer processes recorded (tests/tasks/limited.py)."""
 
+import _thread
 import json
 import signal
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -380,7 +382,7 @@ def test_limited_statements_run_without_jit(conn):
     table's: a claim of 20,000 jobs was costed past jit_above_cost, and compiled at
     every claim (120 ms on PostgreSQL 15 with LLVM), under the queues' locks."""
     conn.execute("SET jit = on")
-    with queue._limited_transaction(conn):
+    with queue._transaction(conn, limits=True):
         cursor = conn.execute("SHOW jit")
     assert cursor.fetchall() == [("off",)]
     assert conn.execute("SHOW jit").fetchall() == [("on",)]  # for that transaction only
@@ -452,3 +454,30 @@ def test_a_write_back_frees_the_room_its_own_limited_claim_counts(conn):
                            claim_next=queue.Claim([], 10, lease, capped, 10))
     assert settled.done == {j.token for j in first} and len(settled.claimed) == 2
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (2,)
+
+
+def test_ctrl_c_while_the_claim_waits_for_the_limits_lock_keeps_the_write_back(conn, db_url):
+    """Ctrl-C (a drain run from a script) while the limited claim waits for another
+    drainer's lock: psycopg cancels the statement and raises KeyboardInterrupt, the
+    transaction is rolled back with the write-back in it, and the write-back is sent
+    again on its own: the jobs that ran are not left running, to be run again."""
+    drainer.enqueue_many(conn, "capped", [{}] * 3)
+    capped = [Limits("capped", concurrency=10)]
+    with psycopg.connect(db_url, autocommit=True) as drain:
+        jobs = queue.claim(drain, [], 10, timedelta(minutes=5), limited=capped, take=10)
+        pid = drain.info.backend_pid
+
+        def interrupt_once_waiting() -> None:
+            wait_until(lambda: conn.execute("SELECT wait_event FROM pg_stat_activity "
+                                            "WHERE pid = %s", (pid,)).fetchone()
+                       == ("advisory",))
+            _thread.interrupt_main()
+
+        with limit_held(db_url, "capped"):
+            threading.Thread(target=interrupt_once_waiting, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                queue.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], [],
+                             claim_next=queue.Claim([], 10, timedelta(minutes=5), capped, 10))
+        assert drain.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert conn.execute("SELECT status FROM jobs ORDER BY id").fetchall() == [
+        ("done",), ("done",), ("queued",)]

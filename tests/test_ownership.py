@@ -388,30 +388,94 @@ def test_sizer_judges_a_queue_by_its_longest_job_or_its_timeout():
     assert sizer.may_start(0.13, "never-run") and sizer.may_start(None, "slow")
 
 
-@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
-def test_a_claim_that_fails_never_takes_its_write_back_with_it(conn, limited):
-    """A batch's write-back and the next claim are one round trip and one transaction
-    (the pipeline's, or a limited claim's): a claim that fails rolls the write-back
-    back. Here another party's trigger refuses every claim. The write-back is sent
-    again on its own before the error is raised: the jobs that ran are not run again
-    after their lease, and the one never started is queued again at once."""
+# -- a claim that fails, or an interrupt, never loses its write-back ---------------------
+
+# Another party's trigger that refuses every claim: as the claim runs, or at its commit
+# (a deferred constraint: the transaction's COMMIT fails).
+REFUSALS = {
+    "as_it_runs": "CREATE TRIGGER refuse_claims BEFORE UPDATE ON jobs FOR EACH ROW",
+    "at_commit": "CREATE CONSTRAINT TRIGGER refuse_claims AFTER UPDATE ON jobs "
+                 "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW",
+}
+LEASE = timedelta(minutes=5)
+
+
+def claimed_spec(conn: psycopg.Connection, limited: bool, jobs: int
+                 ) -> tuple[list[queue.Job], queue.Claim]:
+    """`jobs` jobs of queue q claimed, and the spec of the next claim, on a queue with a
+    concurrency limit or none."""
     from drainer.limits import Limits
-    drainer.enqueue_many(conn, "q", [{}] * 4)
-    lease = timedelta(minutes=5)
+    drainer.enqueue_many(conn, "q", [{}] * jobs)
     capped = [Limits("q", concurrency=10)] if limited else []
-    spec = queue.Claim([] if limited else ["q"], 10, lease, capped, 10)
-    jobs = queue.claim(conn, spec.queues, 10, lease, limited=capped, take=10)
-    conn.execute("""
+    spec = queue.Claim([] if limited else ["q"], 10, LEASE, capped, 10)
+    return queue.claim(conn, spec.queues, 10, LEASE, limited=capped, take=10), spec
+
+
+def refuse_claims(conn: psycopg.Connection, when: str) -> None:
+    conn.execute(f"""
         CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN RAISE EXCEPTION 'claims refused'; END $$;
-        CREATE TRIGGER refuse_claims BEFORE UPDATE ON jobs FOR EACH ROW
+        {REFUSALS[when]}
         WHEN (OLD.status = 'queued' AND NEW.status = 'running') EXECUTE FUNCTION refuse_claims();
     """)
+
+
+def statuses(conn: psycopg.Connection) -> list[tuple]:
+    return conn.execute("SELECT status, attempts FROM jobs ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("when", REFUSALS)
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
+def test_a_claim_that_fails_never_takes_its_write_back_with_it(conn, limited, when):
+    """A batch's write-back and the next claim are one round trip and one transaction:
+    a claim that fails rolls the write-back back. It is sent again on its own before
+    the error is raised: the jobs that ran are not run again after their lease, and
+    the one never started is queued again at once. The session is left idle (a COMMIT
+    that failed at the pipeline's implicit commit left psycopg stuck in pipeline mode)."""
+    jobs, spec = claimed_spec(conn, limited, 4)
+    refuse_claims(conn, when)
     drainer.enqueue(conn, "q", {})  # ready for the claim that fails
     with pytest.raises(drainer.DrainerError, match="claims refused"):
         queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], claim_next=spec)
-    assert conn.execute("SELECT status, attempts, locked_until IS NULL FROM jobs ORDER BY id"
-                        ).fetchall() == [("done", 1, True), ("done", 1, True),
-                                         ("queued", 1, True), ("queued", 0, True),
-                                         ("queued", 0, True)]
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0),
+                              ("queued", 0)]
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
+def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn, limited):
+    """A KeyboardInterrupt (or a signal handler's SystemExit) while the write-back and
+    the claim are being sent: the write-back lands, the session is left idle."""
+    jobs, spec = claimed_spec(conn, limited, 3)
+
+    def interrupted(c: psycopg.Connection) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], [], also=interrupted,
+                     claim_next=spec)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1)]
+
+
+def test_a_claim_refused_before_it_is_sent_never_releases_twice(conn, db_url, monkeypatch):
+    """The claim fails in psycopg, after the write-back was queued (a NUL in a queue
+    name; the same for a character the connection's encoding lacks). Had the write-back
+    committed at the pipeline's sync, the release sent again would take the job from a
+    worker that claimed it meanwhile: same (id, attempts) token. Nothing lands instead,
+    and the release is sent once."""
+    ran, unstarted = claimed_spec(conn, False, 2)[0]
+    taken: list[queue.Job] = []
+    settle = queue.settle
+
+    def settle_with_a_worker_in_between(c, *args, **kwargs):
+        if kwargs.get("claim_next") is None:  # the write-back sent again
+            with connect(db_url) as other:
+                taken.extend(queue.claim(other, ["q"], 10, LEASE))
+        return settle(c, *args, **kwargs)
+
+    monkeypatch.setattr(queue, "settle", settle_with_a_worker_in_between)
+    with pytest.raises(drainer.DrainerError):
+        settle(conn, [ran], [], [unstarted], claim_next=queue.Claim(["q", "bad\x00"], 10, LEASE))
+    assert taken == []  # nothing had landed: the job was still ours
+    assert statuses(conn) == [("done", 1), ("queued", 0)]

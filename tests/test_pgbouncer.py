@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 import drainer
+from drainer import queue
+from drainer.db import connect
 from tests.helpers import clean_env, count, listeners, run_cli, wait_until
 from tests.pgbouncer import pooled
 
@@ -65,3 +67,29 @@ def test_the_always_on_worker_claims_through_pgbouncer_and_listens_directly(
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["done"] == 1
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
+def test_a_refused_claim_through_pgbouncer_leaves_its_write_back_and_an_idle_session(
+        bouncer, conn, db_url, limited):
+    """A claim that fails behind a transaction pooler (no prepared statements): the
+    write-back is sent again and lands, and no server session is left in a transaction
+    for the pool's next client."""
+    from tests.test_ownership import claimed_spec, refuse_claims
+    with connect(pooled(bouncer, db_url), prepare=False) as pooled_conn:
+        jobs, spec = claimed_spec(pooled_conn, limited, 4)
+        refuse_claims(conn, "as_it_runs")
+        drainer.enqueue(conn, "q", {})
+        for _ in range(3):
+            with pytest.raises(drainer.DrainerError, match="claims refused"):
+                queue.settle(pooled_conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
+                             claim_next=spec)
+        assert pooled_conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    conn.execute("DROP TRIGGER refuse_claims ON jobs")
+    with connect(pooled(bouncer, db_url), prepare=False) as again:
+        assert len(queue.claim(again, spec.queues, 10, spec.lease, limited=spec.limited,
+                               take=10)) == 2
+    assert conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1"
+                        ).fetchall() == [("done", 2), ("queued", 1), ("running", 2)]
+    assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in%%'"
+                        ).fetchone() == (0,)

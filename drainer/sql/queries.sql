@@ -123,9 +123,11 @@ WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
 RETURNING 1;
 
 -- name: begin_read_committed
--- A limited claim's transaction, whatever the database's or role's default: the claim
--- must see the jobs other drainers started while it waited for limits_lock, which a
--- repeatable read snapshot, taken at the transaction's first statement, would not.
+-- A write-back's transaction with its claim, whatever the database's or role's default:
+-- a limited claim must see the jobs other drainers started while it waited for
+-- limits_lock, which a repeatable read snapshot, taken at the transaction's first
+-- statement, would not; and a claim under repeatable read fails on a row another
+-- drainer changed meanwhile instead of skipping it.
 BEGIN ISOLATION LEVEL READ COMMITTED;
 
 -- name: commit
