@@ -143,12 +143,13 @@ class Outcome:
     tracebacks: dict[Token, str] = field(default_factory=dict)  # failed claim -> trace()
 
 
-# A batch's refill: given what finished so far (to be written back) and a function
-# that hands the batch the jobs claimed to go on with (called as soon as they are,
-# before anything that may fail or wait), whether the batch may refill again (not when
-# too few were ready, nor at a stop or the deadline).
+# A batch's refill: given what finished so far (to be written back), a function that
+# hands the batch the jobs claimed to go on with (called as soon as they are, before
+# anything that may fail or wait) and how many handler slots are free as it is sent
+# (a limited queue's claim takes no more), whether the batch may refill again (not
+# when too few were ready, nor at a stop or the deadline).
 Land = Callable[[list[Job]], None]
-Refill = Callable[[Outcome, Land], bool]
+Refill = Callable[[Outcome, Land, int], bool]
 
 
 class Batch:
@@ -174,11 +175,14 @@ class Batch:
         took: Callable[[Job, float], None] | None = None,
         tracebacks: bool = False,
         refill: Refill | None = None,
+        refill_at: int = 0,
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
         seconds)` hears how long each handler ran. `tracebacks`: keep each raised
-        exception's traceback in the outcome (`--verbose`; formatting costs)."""
+        exception's traceback in the outcome (`--verbose`; formatting costs).
+        `refill_at`: a refill also waits until that many handler slots are free (a
+        drain with limited queues, whose claims take no more jobs than free slots)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
         self.cap = concurrency  # jobs in flight at most
@@ -215,6 +219,7 @@ class Batch:
         self.wake = clock.event()  # set when no slot is left, or a refill is due
         self.active = self.slots
         self.refill = refill
+        self.refill_at = refill_at
         self.refill_asked = False
         self.refilled = clock.event()  # clear while a refill's round trip is out
         self.refilled.set()
@@ -281,6 +286,9 @@ class Batch:
                 return False
             self.running.pop(job.token, None)
             began = self.started.pop(job.token)
+            if (self.refill_at and self.refill_asked and self.refilled.is_set()
+                    and self._free() >= self.refill_at):
+                self.wake.set()  # enough slots are free for the refill asked for
             if self.took:
                 self.took(job, clock.monotonic() - began)
             if job.token in self.lost:
@@ -487,21 +495,28 @@ class Batch:
         part, self.outcome = self.outcome, Outcome()
         return part
 
-    def _refill_due(self) -> tuple[Refill, Outcome] | None:
-        """The refill to send now, with what finished (taken out of the outcome), when
-        one was asked for and none is out; the caller holds the lock."""
+    def _free(self) -> int:
+        """Handler slots no running or pending job holds; the caller holds the lock."""
+        return self.cap - len(self.running) - len(self.pending)
+
+    def _refill_due(self) -> tuple[Refill, Outcome, int] | None:
+        """The refill to send now, with what finished (taken out of the outcome) and the
+        free handler slots, when one was asked for, none is out and enough slots are
+        free; the caller holds the lock. Until a refill's jobs land, slots only free
+        up: a claim of no more than the free slots never leaves a job waiting."""
         if (self.refill is None or not self.refill_asked or self.closed or self.stop.is_set()
-                or self.failure is not None or not self.refilled.is_set()):
+                or self.failure is not None or not self.refilled.is_set()
+                or self._free() < self.refill_at):
             return None
         self.refilled.clear()
-        return self.refill, self._finished()
+        return self.refill, self._finished(), self._free()
 
-    def _refill(self, refill: Refill, part: Outcome) -> None:
+    def _refill(self, refill: Refill, part: Outcome, free: int) -> None:
         """On a pool thread: write `part` back and claim more, while run()'s thread goes
         on with heartbeats, timeouts and the stop, and opens slots for what comes."""
         more = False
         try:
-            more = refill(part, functools.partial(self._land, clock.monotonic()))
+            more = refill(part, functools.partial(self._land, clock.monotonic()), free)
         except BaseException as exc:  # noqa: BLE001 - run() ends the batch, the caller raises
             with self.lock:
                 self.failure = exc

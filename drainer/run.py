@@ -315,12 +315,12 @@ class _Steps:
         if self.spans is not None:
             self.spans.took(job, seconds)
 
-    def claim(self, size: int) -> queue.Claim:
+    def claim(self, size: int, free: int | None = None) -> queue.Claim:
         """A claim of `size`, in which limited queues take no more than the process's
-        handler slots, all free between batches: jobs waiting in a batch would hold a
-        place its running ones could use."""
+        `free` handler slots (between batches, all of them): jobs waiting in a batch
+        would hold a place its running ones could use."""
         return queue.Claim(self.plain, size, self.options.lease, self.limited,
-                           take=min(size, self.options.concurrency))
+                           take=min(size, self.options.concurrency) if free is None else free)
 
     def remaining(self) -> float | None:
         deadline = self.options.deadline
@@ -371,7 +371,8 @@ class _Steps:
             took=(self.took if self.options.deadline is not None or self.spans is not None
                   else None),
             tracebacks=self.options.verbose,
-            refill=self.refill if self.refills(size, len(jobs)) else None)
+            refill=self.refill if self.refills(size, len(jobs)) else None,
+            refill_at=max(1, self.options.concurrency // 4) if self.limited else 0)
         outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
         self.sizer.observe(started, clock.monotonic() - self.mark, full=len(jobs) == size)
@@ -388,7 +389,7 @@ class _Steps:
             raise running.failure
         return settled.claimed, size, sent
 
-    def refill(self, part: Outcome, land: Land) -> bool:
+    def refill(self, part: Outcome, land: Land, free: int) -> bool:
         """A running batch's refill (see Batch): write back what finished, with a claim
         of the next batch's size whose jobs join the batch; it may refill again as
         long as its claims come back full."""
@@ -407,24 +408,28 @@ class _Steps:
         # stays, for the span its handler's end still owes (tracing).
         for job in ended:
             self.known.pop(job.token, None)
-        settled = self.write_back(part, self.claim(size) if size else None, [*ended, *lost],
-                                  joined)
+        settled = self.write_back(part, self.claim(size, free) if size else None,
+                                  [*ended, *lost], joined)
         return self.refills(size, len(settled.claimed))
 
     def refills(self, size: int, claimed: int) -> bool:
         """Whether a batch from a claim of `size` that took `claimed` jobs is refilled:
         when the claim came back full (more are likely ready) and holds two rounds of
         handlers or more. A smaller one is written back between batches, as a claim
-        while its few handlers run would hold the next jobs' leases for no gain. Nor
-        is a drain with limited queues: its refills, made while every slot is taken,
-        could claim none of their jobs (never more than the free slots) for as long as
-        the other queues keep the batch full. Nor when the last two rounds are expected
-        to take less than REFILL_AFTER, by the time per job seen so far (fast handlers,
-        few slots): writing back meanwhile would gain nothing but a thread's hand-off."""
+        while its few handlers run would hold the next jobs' leases for no gain. A
+        drain with limited queues, whose claims never take more jobs than free slots,
+        is refilled as long as its claims take any: each refill waits for a quarter of
+        the slots to be free (Batch's refill_at), so the slots do not wait for the
+        batch's slowest job. Neither is when the last two rounds are expected to take
+        less than REFILL_AFTER, by the time per job seen so far (fast handlers, few
+        slots): writing back meanwhile would gain nothing but a thread's hand-off."""
         rounds = 2 * self.options.concurrency
         per_job = self.sizer.per_job
-        return (size > 0 and claimed == size and size >= rounds and not self.limited
-                and (per_job is None or rounds * per_job >= REFILL_AFTER))
+        if per_job is not None and rounds * per_job < REFILL_AFTER:
+            return False
+        if self.limited:
+            return size > 0 and claimed > 0
+        return size > 0 and claimed == size and size >= rounds
 
     def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
                    jobs: list[queue.Job], land: Land | None = None) -> queue.Settled:

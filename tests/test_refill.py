@@ -33,7 +33,7 @@ def test_a_refilled_batch_writes_each_job_back_once_and_runs_the_refills(conn):
         with lock:
             ran.append(job.id)
 
-    def refill(part: Outcome, land: Land) -> bool:
+    def refill(part: Outcome, land: Land, free: int) -> bool:
         parts.append([j.id for j in part.succeeded])
         more = [Job(i, "default", None, 1, 5) for i in itertools.islice(made, 10)]
         land(more)

@@ -181,27 +181,32 @@ class DrainerLimited(Drainer):
     jobs across all drainers (`@task(concurrency=50)`), against the same jobs with no
     limit, claimed 50 at a time (a limited queue can never claim more than its limit
     at once) or in adaptive batches (up to 500): what the limited claim (a transaction
-    under an advisory lock, its room counted) costs, and what its smaller batches do."""
-
-    figures = ("noop_1", "noop_4")
+    under an advisory lock, its room counted) costs, and what its smaller batches do.
+    The limited one also drains 10 ms jobs at the threads of `drainer`'s own figure,
+    with its limit above them: what its batches cost handlers that take time (each
+    refilled as slots free up)."""
 
     def __init__(self, server: pg.Server, limited: bool, *extra: str):
         super().__init__(server)
         self.queue = "bench_limited" if limited else "bench_noop"
         self.extra = list(extra)
+        self.figures = ("noop_1", "noop_4", "sleep_1") if limited else ("noop_1", "noop_4")
         self.name = ("drainer, concurrency limit 50" if limited else
                      f"drainer --concurrency 50{''.join(' ' + e for e in extra)}, no limit")
+
+    def queue_of(self, kind: str) -> str:
+        return self.queue if kind == "noop" else "bench_limited_sleep"
 
     def seed(self, kind: str, jobs: int) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("TRUNCATE jobs")
-            drainer.enqueue_many(conn, self.queue, ({} for _ in range(jobs)))
+            drainer.enqueue_many(conn, self.queue_of(kind), ({} for _ in range(jobs)))
             conn.execute("VACUUM ANALYZE jobs")
 
     def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
-                "--tasks", "drainer_tasks", "--queue", self.queue, "--concurrency", "50",
-                *self.extra]
+                "--tasks", "drainer_tasks", "--queue", self.queue_of(kind), "--concurrency",
+                str(concurrency or 50), *self.extra]
 
 
 class DrainerHandMade(Drainer):

@@ -1,6 +1,7 @@
-"""The drainer tasks the bench drains (`--tasks drainer_tasks`): a no-op, the same on
-a queue limited to 50 running jobs across drainers, and 10 ms of waiting, in a thread
-(`time.sleep`) or on the event loop (`async def`, `asyncio.sleep`)."""
+"""The drainer tasks the bench drains (`--tasks drainer_tasks`): a no-op, and 10 ms of
+waiting in a thread (`time.sleep`), each also on a queue limited to 50 running jobs
+across drainers, and 10 ms of waiting on the event loop (`async def`,
+`asyncio.sleep`)."""
 
 import asyncio
 import time
@@ -20,6 +21,11 @@ def limited(job):
 
 @task("bench_sleep")
 def sleep(job):
+    time.sleep(0.01)
+
+
+@task("bench_limited_sleep", concurrency=50)
+def limited_sleep(job):
     time.sleep(0.01)
 
 
