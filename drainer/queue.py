@@ -581,8 +581,17 @@ def claim(
 Write = Callable[[], "psycopg.Cursor | None"]
 
 
+@dataclass
+class _RoundTrip:
+    """`undone`: the round trip's transaction was rolled back after a failure, so
+    nothing of it landed."""
+
+    undone: bool = False
+
+
 def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
-          write: Write | None = None) -> tuple["psycopg.Cursor | None", list[psycopg.Cursor]]:
+          write: Write | None = None, trip: _RoundTrip | None = None,
+          ) -> tuple["psycopg.Cursor | None", list[psycopg.Cursor]]:
     """Send `write()` (a batch's write-back) and the claims `spec` asks for in one round
     trip that is one transaction (_transaction), in which the locks of queues with
     limits are taken last, after the plain claim, so as to be held the least: when
@@ -599,7 +608,7 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     # A plain claim alone is one statement, sent as it is. (After a pipeline, the
     # server's idle_session_timeout is not armed: psycopg's Flush after the sync
     # disarms it.)
-    frame = (_transaction(conn, limits=limited) if limited or write is not None
+    frame = (_transaction(conn, limits=limited, trip=trip) if limited or write is not None
              else nullcontext())
     with frame:
         written = write() if write is not None else None
@@ -623,7 +632,8 @@ def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
 
 
 @contextmanager
-def _transaction(conn: psycopg.Connection, *, limits: bool = False) -> Iterator[None]:
+def _transaction(conn: psycopg.Connection, *, limits: bool = False,
+                 trip: _RoundTrip | None = None) -> Iterator[None]:
     """A pipeline whose statements are one transaction of their own, read committed
     whatever the database's or role's default (a limited claim must see the jobs other
     drainers started while it waited for their locks); with `limits` (statements on
@@ -632,10 +642,14 @@ def _transaction(conn: psycopg.Connection, *, limits: bool = False) -> Iterator[
     more round trips. Not the pipeline's implicit transaction either: a COMMIT that
     fails (a deferred constraint's error) is then a statement's error, which leaves
     the session usable, and an exception raised while the statements are queued
-    leaves the transaction open, to be rolled back: nothing of it landed. In a test's
-    transaction (drainer.testing's in_transaction), a savepoint."""
-    if conn.info.transaction_status != TransactionStatus.IDLE:
-        with sql.pipeline(conn), sql.transaction(conn):
+    leaves the transaction open, to be rolled back (`trip.undone`): nothing of it
+    landed. On a connection outside autocommit, or in a transaction already open (a
+    test's: drainer.testing's in_transaction), the statements join the caller's
+    transaction (in a savepoint where one is open), the caller's to commit."""
+    status = conn.info.transaction_status
+    if not conn.autocommit or status != TransactionStatus.IDLE:
+        with sql.pipeline(conn), (
+                sql.transaction(conn) if status != TransactionStatus.IDLE else nullcontext()):
             if limits:
                 sql.run(conn, "no_jit")
             yield
@@ -651,6 +665,8 @@ def _transaction(conn: psycopg.Connection, *, limits: bool = False) -> Iterator[
         if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
             with suppress(psycopg.Error):
                 conn.rollback()
+            if trip is not None:
+                trip.undone = True
         raise
 
 
@@ -868,36 +884,51 @@ def settle(
     same round trip (their answers are not read). Only what there is to send is sent.
     A claim that fails takes the write-back with it: where the session lives on,
     nothing of the round trip landed, and the write-back is sent again on its own
-    before the claim's error is raised (else the jobs that ran would run again). After
-    another exception (KeyboardInterrupt, a signal handler's SystemExit, one `also`
-    raised), which may have come once the round trip committed, it is sent again
-    without the release, as settle_again does, and without `also` (a schedule's next
-    slot is then enqueued by the next drain's start)."""
-    params = _guarded(conn, failures=failures, done=succeeded, released=unstarted, now=now)
+    before the claim's error is raised (else the jobs that ran would run again). So it
+    is after any other exception (KeyboardInterrupt, a signal handler's SystemExit,
+    one `also` raised), claim or none, without `also` (a schedule's next slot is then
+    enqueued by the next drain's start), and without the release where the round trip
+    may have committed (the exception came as the COMMIT was answered), as
+    settle_again does."""
 
-    def write() -> psycopg.Cursor | None:
-        if results:
-            kept = [job for job in succeeded if job.token in results]
-            sql.run(conn, "keep_results", {**_pairs(kept),
-                                           "results": [results[job.token] for job in kept]})
-        written = sql.run(conn, "settle", params) if params else None
-        if also is not None:
-            also(conn)
-        return written
+    def writer(released: Sequence[Job], more: Callable[[psycopg.Connection], None] | None
+               ) -> Write | None:
+        params = _guarded(conn, failures=failures, done=succeeded, released=released, now=now)
+        if params is None and more is None:
+            return None  # nothing to send
 
+        def write() -> psycopg.Cursor | None:
+            if results:
+                kept = [job for job in succeeded if job.token in results]
+                sql.run(conn, "keep_results", {**_pairs(kept), "results": [
+                    results[job.token] for job in kept]})
+            written = sql.run(conn, "settle", params) if params else None
+            if more is not None:
+                more(conn)
+            return written
+        return write
+
+    trip = _RoundTrip()
     try:
-        written, claimed = _send(conn, claim_next, now, write)
-    except BaseException as exc:
-        if (claim_next is None or conn.broken
-                or conn.info.transaction_status != TransactionStatus.IDLE):
-            raise
-        if isinstance(exc, DrainerError):
-            settle(conn, succeeded, failures, unstarted, results=results, also=also, now=now)
-        else:  # the interrupt comes first: whatever the write-back meets here is dropped
-            with suppress(BaseException):
-                settle(conn, succeeded, failures, (), results=results, now=now)
+        written, claimed = _send(conn, claim_next, now, writer(unstarted, also), trip)
+    except DrainerError:
+        if claim_next is None or not _idle(conn):
+            raise  # the write-back failed, the session is gone (Link sends it again),
+            # or the transaction is the caller's
+        _send(conn, None, now, writer(unstarted, also))
+        raise
+    except BaseException:
+        if _idle(conn):
+            with suppress(BaseException):  # the interrupt comes first
+                _send(conn, None, now, writer(unstarted if trip.undone else (), None))
         raise
     return _settled(written.fetchall() if written is not None else (), _jobs(claimed))
+
+
+def _idle(conn: psycopg.Connection) -> bool:
+    """Whether the session lives on, outside any transaction (one of ours that failed
+    was rolled back; a caller's is the caller's to end)."""
+    return not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def settle_again(

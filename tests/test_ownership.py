@@ -442,20 +442,52 @@ def test_a_claim_that_fails_never_takes_its_write_back_with_it(conn, limited, wh
                               ("queued", 0)]
 
 
-@pytest.mark.parametrize("limited", [False, True], ids=["plain", "limited"])
-def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn, limited):
-    """A KeyboardInterrupt (or a signal handler's SystemExit) while the write-back and
-    the claim are being sent: the write-back lands, the session is left idle."""
-    jobs, spec = claimed_spec(conn, limited, 3)
+@pytest.mark.parametrize("claims", ["plain", "limited", "nothing"])
+def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn, claims):
+    """A KeyboardInterrupt (or a signal handler's SystemExit) while the write-back (and
+    the claim with it, if any: a drain's last write-back has none) is being sent: the
+    transaction is rolled back, nothing of it landed, and the write-back is sent again,
+    release included; the session is left idle."""
+    jobs, spec = claimed_spec(conn, claims == "limited", 4)
 
     def interrupted(c: psycopg.Connection) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], [], also=interrupted,
-                     claim_next=spec)
+        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=interrupted,
+                     claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1)]
+    assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
+
+
+def test_a_drain_stopped_as_its_last_write_back_is_sent_keeps_it(conn, declared, monkeypatch):
+    """A signal handler's SystemExit while a drain's last write-back (no claim after
+    it) is being sent: the job that ran is done, not left running to run again."""
+    from drainer import schedules
+    schedules.schedule("nightly", "q", "0 3 * * *")
+    stop = threading.Event()
+
+    def after_run(c: psycopg.Connection, jobs: list, now: object) -> None:
+        raise SystemExit(143)
+
+    job_id = drainer.enqueue(conn, "q", {})
+    monkeypatch.setattr(schedules, "after_run", after_run)
+    with pytest.raises(SystemExit):
+        drain(conn, {"q": lambda job: stop.set()}, Options(queues=["q"]), stop=stop)
+    assert one(conn, "SELECT status FROM jobs WHERE id = %s", job_id) == ("done",)
+
+
+def test_a_write_back_on_a_connection_outside_autocommit_is_the_callers_to_commit(conn,
+                                                                                  db_url):
+    """complete() on a connection outside autocommit joins the transaction psycopg
+    begins there: the caller's rollback undoes it, as it undoes the work the job was
+    about."""
+    drainer.enqueue(conn, "q", {})
+    [job] = queue.claim(conn, ["q"], 1, LEASE)
+    with psycopg.connect(db_url) as caller:
+        drainer.complete(caller, [job])
+        caller.rollback()
+    assert statuses(conn) == [("running", 1)]
 
 
 def test_a_claim_refused_before_it_is_sent_never_releases_twice(conn, db_url, monkeypatch):
