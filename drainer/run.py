@@ -316,11 +316,13 @@ class _Steps:
             self.spans.took(job, seconds)
 
     def claim(self, size: int, free: int | None = None) -> queue.Claim:
-        """A claim of `size`, in which limited queues take no more than the process's
-        `free` handler slots (between batches, all of them): jobs waiting in a batch
-        would hold a place its running ones could use."""
+        """A claim of `size` (what the deadline leaves time for), in which limited
+        queues take no more than that nor the process's `free` handler slots (between
+        batches, all of them): jobs waiting in a batch would hold a place its running
+        ones could use, and a job given back unstarted keeps its rate's token."""
+        slots = self.options.concurrency if free is None else free
         return queue.Claim(self.plain, size, self.options.lease, self.limited,
-                           take=min(size, self.options.concurrency) if free is None else free)
+                           take=min(size, slots))
 
     def remaining(self) -> float | None:
         deadline = self.options.deadline

@@ -502,3 +502,17 @@ def test_a_limited_batch_is_refilled_as_its_slots_free_up(runs, db_url):
     assert all(started < slow_end for started, _, _ in short)
     assert most_at_once([(started, ended) for started, ended, _ in rows]) <= 3
     assert max(wait for _, _, wait in rows) < 0.5
+
+
+def test_a_refills_limited_claim_takes_no_more_than_the_deadline_leaves_time_for():
+    """A refill's limited claim takes no more than its batch's free slots, nor more
+    than the claim's size, which near a deadline is what can finish: a job given back
+    unstarted does not return its rate's token."""
+    from types import SimpleNamespace
+
+    from drainer.run import Options, _Steps
+    steps = SimpleNamespace(plain=[], limited=[Limits("rated", rate=10, per_seconds=60.0)],
+                            options=Options(queues=["rated"], concurrency=50))
+    assert _Steps.claim(steps, 2, 10).take == 2  # type: ignore[arg-type]
+    assert _Steps.claim(steps, 500, 10).take == 10  # type: ignore[arg-type]
+    assert _Steps.claim(steps, 500).take == 50  # type: ignore[arg-type]
