@@ -522,7 +522,9 @@ class Batch:
                 self.failure = exc
         finally:
             with self.lock:
-                self.refill_asked = False
+                # The jobs taken while it was out (its own among them) asked for none: as
+                # the last of them would have, ask for the next once its last rounds run.
+                self.refill_asked = more and len(self.pending) <= 2 * self.cap
                 if not more:
                     self.refill = None
             self.refilled.set()

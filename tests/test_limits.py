@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -516,3 +517,26 @@ def test_a_refills_limited_claim_takes_no_more_than_the_deadline_leaves_time_for
     assert _Steps.claim(steps, 2, 10).take == 2  # type: ignore[arg-type]
     assert _Steps.claim(steps, 500, 10).take == 10  # type: ignore[arg-type]
     assert _Steps.claim(steps, 500).take == 50  # type: ignore[arg-type]
+
+
+def test_a_limited_batch_is_still_refilled_when_its_refills_jobs_start_at_once(conn, declared):
+    """A refill's jobs may all start before the refill has done its bookkeeping (a
+    failure's log line, a hook): none of them could ask for the next refill then, and
+    the batch was never refilled again, its free slots idle until its slowest job ended."""
+    started: dict[int, float] = {}
+
+    def handler(job: queue.Job) -> None:
+        started[job.id] = time.monotonic()
+        time.sleep(job.payload["sleep"])
+        if job.payload["sleep"] < 1:
+            raise ValueError("short jobs fail, for good")
+
+    hooked = drainer.task("hooked", concurrency=3, retry_on=KeyError,
+                          on_failure=lambda job, error: time.sleep(0.05))(handler)
+    slow = drainer.enqueue(conn, "hooked", {"sleep": 3.0})
+    drainer.enqueue_many(conn, "hooked", [{"sleep": 0.05}] * 40)
+    summary = drainer.drain(conn, {"hooked": hooked},
+                            drainer.Options(queues=["hooked"], concurrency=3))
+    assert (summary.done, summary.failed) == (1, 40)
+    late = [i for i, at in started.items() if i != slow and at >= started[slow] + 3.0]
+    assert late == []
