@@ -129,6 +129,7 @@ class Ended(NamedTuple):
 
 RETURNED = Ended()  # a handler that returned, with nothing to keep
 
+
 @dataclass
 class Outcome:
     """What became of a batch, before it is written back."""
@@ -255,8 +256,7 @@ class Batch:
             self.pending.popleft()
             self.running[job.token] = job
             self.started[job.token] = clock.monotonic()
-            if (self.refill is not None and not self.refill_asked
-                    and len(self.pending) <= 2 * self.cap):
+            if self.refill is not None and not self.refill_asked and self._last_rounds():
                 self.refill_asked = True
                 self.wake.set()
             return job
@@ -410,7 +410,7 @@ class Batch:
         if result is None and job.queue not in self.keeping:
             return RETURNED  # most handlers: nothing to check, nothing to keep
         unawaited = _unawaited(result)  # work that never ran
-        if unawaited is not None or not self.tasks[job.queue].keep_result:
+        if unawaited is not None or job.queue not in self.keeping:
             return Ended(unawaited)
         kept = _kept(result)
         return Ended(kept) if isinstance(kept, Setback) else Ended(kept=kept)
@@ -495,6 +495,11 @@ class Batch:
         part, self.outcome = self.outcome, Outcome()
         return part
 
+    def _last_rounds(self) -> bool:
+        """Whether the batch's last two rounds of jobs have started, when it asks for a
+        refill; the caller holds the lock."""
+        return len(self.pending) <= 2 * self.cap
+
     def _free(self) -> int:
         """Handler slots no running or pending job holds; the caller holds the lock."""
         return self.cap - len(self.running) - len(self.pending)
@@ -524,7 +529,7 @@ class Batch:
             with self.lock:
                 # The jobs taken while it was out (its own among them) asked for none: as
                 # the last of them would have, ask for the next once its last rounds run.
-                self.refill_asked = more and len(self.pending) <= 2 * self.cap
+                self.refill_asked = more and self._last_rounds()
                 if not more:
                     self.refill = None
             self.refilled.set()

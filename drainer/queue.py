@@ -599,24 +599,21 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     end: a read would sync the pipeline midway. The limited queues' jobs come first in
     the batch: they are no more than its free handler slots, so they start at once,
     never held in the batch behind others."""
-    limited = spec is not None and bool(spec.limited)
-    if limited:
+    spec = spec or Claim((), 0, timedelta(0))  # nothing to claim
+    if spec.limited:
         _require_sync(conn, limits=True)
-    plain = claim_sql(spec.size, *claim_kind(conn), now is not None) if (
-        spec is not None and spec.queues) else None
-    cursors = []
+    plain = claim_sql(spec.size, *claim_kind(conn), now is not None) if spec.queues else None
     # A plain claim alone is one statement, sent as it is. (After a pipeline, the
     # server's idle_session_timeout is not armed: psycopg's Flush after the sync
     # disarms it.)
-    frame = (_transaction(conn, limits=limited, trip=trip) if limited or write is not None
-             else nullcontext())
+    frame = (_transaction(conn, limits=bool(spec.limited), trip=trip)
+             if spec.limited or write is not None else nullcontext())
     with frame:
         written = write() if write is not None else None
-        if plain is not None and spec is not None:
-            cursors.append(_claim(conn, plain, {"queues": list(spec.queues)}, spec.lease, now))
-        if limited and spec is not None:
-            cursors.insert(0, _limited_claim(conn, spec, now))
-    return written, cursors
+        plain_cursor = (_claim(conn, plain, {"queues": list(spec.queues)}, spec.lease, now)
+                        if plain is not None else None)
+        limited_cursor = _limited_claim(conn, spec, now) if spec.limited else None
+    return written, [c for c in (limited_cursor, plain_cursor) if c is not None]
 
 
 def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
@@ -882,47 +879,47 @@ def settle(
     (see _send). `results` ({claim: JSON text}) are the return values of succeeded jobs
     whose task keeps them, written first; `also(conn)` sends more statements in the
     same round trip (their answers are not read). Only what there is to send is sent.
-    A claim that fails takes the write-back with it: where the session lives on,
-    nothing of the round trip landed, and the write-back is sent again on its own
-    before the claim's error is raised (else the jobs that ran would run again). So it
-    is after any other exception (KeyboardInterrupt, a signal handler's SystemExit,
-    one `also` raised), claim or none, without `also` (a schedule's next slot is then
-    enqueued by the next drain's start), and without the release where the round trip
-    may have committed (the exception came as the COMMIT was answered), as
-    settle_again does."""
-
-    def writer(released: Sequence[Job], more: Callable[[psycopg.Connection], None] | None
-               ) -> Write | None:
-        params = _guarded(conn, failures=failures, done=succeeded, released=released, now=now)
-        if params is None and more is None:
-            return None  # nothing to send
-
-        def write() -> psycopg.Cursor | None:
-            if results:
-                kept = [job for job in succeeded if job.token in results]
-                sql.run(conn, "keep_results", {**_pairs(kept), "results": [
-                    results[job.token] for job in kept]})
-            written = sql.run(conn, "settle", params) if params else None
-            if more is not None:
-                more(conn)
-            return written
-        return write
-
+    When the round trip fails and the session lives on, the write-back is sent again
+    on its own before the error is raised (else the jobs that ran would run again):
+    whole where nothing of it landed (a database's error, a statement refused before
+    it was sent, any failure whose transaction was rolled back); without the release
+    where it may have committed (an interrupt as the COMMIT was answered), as
+    settle_again does. Never with `also`, which may be what failed: a schedule's next
+    slot is then enqueued by the next drain's start."""
     trip = _RoundTrip()
     try:
-        written, claimed = _send(conn, claim_next, now, writer(unstarted, also), trip)
-    except DrainerError:
-        if claim_next is None or not _idle(conn):
-            raise  # the write-back failed, the session is gone (Link sends it again),
-            # or the transaction is the caller's
-        _send(conn, None, now, writer(unstarted, also))
-        raise
-    except BaseException:
+        written, claimed = _send(conn, claim_next, now, _write_back(
+            conn, succeeded, failures, unstarted, results, also, now), trip)
+    except BaseException as exc:
         if _idle(conn):
-            with suppress(BaseException):  # the interrupt comes first
-                _send(conn, None, now, writer(unstarted if trip.undone else (), None))
+            landed = not trip.undone and not isinstance(exc, DrainerError)
+            with suppress(BaseException):  # the first failure is the one to raise
+                _send(conn, None, now, _write_back(
+                    conn, succeeded, failures, () if landed else unstarted, results, None, now))
         raise
     return _settled(written.fetchall() if written is not None else (), _jobs(claimed))
+
+
+def _write_back(conn: psycopg.Connection, succeeded: Sequence[Job], failures: Failures,
+                released: Sequence[Job], results: Mapping[Token, str] | None,
+                also: Callable[[psycopg.Connection], None] | None, now: datetime | None
+                ) -> Write | None:
+    """`settle`'s statements, kept results first, to send when the round trip goes;
+    None when there is nothing to send."""
+    params = _guarded(conn, failures=failures, done=succeeded, released=released, now=now)
+    if params is None and also is None:
+        return None
+
+    def write() -> psycopg.Cursor | None:
+        if results:
+            kept = [job for job in succeeded if job.token in results]
+            sql.run(conn, "keep_results", {**_pairs(kept),
+                                           "results": [results[job.token] for job in kept]})
+        written = sql.run(conn, "settle", params) if params else None
+        if also is not None:
+            also(conn)
+        return written
+    return write
 
 
 def _idle(conn: psycopg.Connection) -> bool:

@@ -393,8 +393,8 @@ class _Steps:
 
     def refill(self, part: Outcome, land: Land, free: int) -> bool:
         """A running batch's refill (see Batch): write back what finished, with a claim
-        of the next batch's size whose jobs join the batch; it may refill again as
-        long as its claims come back full."""
+        of the next batch's size (limited queues: no more than the `free` handler
+        slots) whose jobs join the batch; it may refill again as `refills` says."""
         now = clock.monotonic()
         self.sizer.observe(len(part.succeeded) + len(part.failed), now - self.mark, full=True)
         self.mark = now
@@ -422,9 +422,9 @@ class _Steps:
         drain with limited queues, whose claims never take more jobs than free slots,
         is refilled as long as its claims take any: each refill waits for a quarter of
         the slots to be free (Batch's refill_at), so the slots do not wait for the
-        batch's slowest job. Neither is when the last two rounds are expected to take
-        less than REFILL_AFTER, by the time per job seen so far (fast handlers, few
-        slots): writing back meanwhile would gain nothing but a thread's hand-off."""
+        batch's slowest job. No batch is refilled when its last two rounds are expected
+        to take less than REFILL_AFTER, by the time per job seen so far (fast handlers,
+        few slots): writing back meanwhile would gain nothing but a thread's hand-off."""
         rounds = 2 * self.options.concurrency
         per_job = self.sizer.per_job
         if per_job is not None and rounds * per_job < REFILL_AFTER:

@@ -460,6 +460,23 @@ def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn,
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 
 
+@pytest.mark.parametrize("claims", ["plain", "nothing"])
+def test_a_statement_refused_before_it_is_sent_never_loses_the_write_back(conn, claims):
+    """What goes with the write-back fails in psycopg before anything is sent (here a
+    schedule's statement with a NUL, which the database cannot hold): the round trip is
+    rolled back, and the write-back is sent again on its own, claim or none."""
+    jobs, spec = claimed_spec(conn, False, 4)
+
+    def refused(c: psycopg.Connection) -> None:
+        c.execute("SELECT %s::text", ("bad\x00",))
+
+    with pytest.raises(drainer.DrainerError):
+        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=refused,
+                     claim_next=None if claims == "nothing" else spec)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
+
+
 def test_a_drain_stopped_as_its_last_write_back_is_sent_keeps_it(conn, declared, monkeypatch):
     """A signal handler's SystemExit while a drain's last write-back (no claim after
     it) is being sent: the job that ran is done, not left running to run again."""
