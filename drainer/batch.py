@@ -2,14 +2,15 @@
 
 The batch has up to `concurrency` slots, each running one job at a time, while the
 calling thread keeps the leases alive and watches the deadline, the stop signal and
-the tasks' timeouts. A sync handler runs on a daemon thread of the pool; an `async
-def` one runs on the process's event loop and holds no thread while it waits: its
-task records it and starts the slot's next job. Daemon threads,
-because a handler that never returns must not keep the process from exiting: its
-lease runs out and the next run's reaper takes the job back. A handler past its
-task's timeout is failed and its slot written off (an async one is cancelled); a
-fresh slot takes its place, so the batch goes on. The threads, the loop and the
-waits come from `drainer.clock` (its pool keeps threads for the next batch).
+the tasks' timeouts. Handlers that end within microseconds get few slots (`Pace`): a
+slot's thread hand-off would cost more than their work. A sync handler runs on a
+daemon thread of the pool; an `async def` one runs on the process's event loop and
+holds no thread while it waits: its task records it and starts the slot's next job.
+Daemon threads, because a handler that never returns must not keep the process from
+exiting: its lease runs out and the next run's reaper takes the job back. A handler
+past its task's timeout is failed and its slot written off (an async one is
+cancelled); a fresh slot takes its place, so the batch goes on. The threads, the loop
+and the waits come from `drainer.clock` (its pool keeps threads for the next batch).
 """
 
 import asyncio
@@ -17,6 +18,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import math
 import threading
 import traceback
 from collections import deque
@@ -130,6 +132,30 @@ class Ended(NamedTuple):
 RETURNED = Ended()  # a handler that returned, with nothing to keep
 
 
+class Pace:
+    """How long the drain's handlers run, smoothed, for how many slots a batch opens:
+    one for every WORK seconds its jobs are expected to take, all of them while that
+    is unknown, or as soon as a handler runs longer than WORK (jobs waiting behind it
+    get slots of their own). Each slot is a thread's hand-off, tens of microseconds:
+    fifty slots for fifty handlers of a few microseconds cost the batch more than the
+    handlers themselves, and a GIL does not run them at once anyway."""
+
+    WORK = 0.001  # seconds of handlers' work that pay for one more slot
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+
+    def ran(self, seconds: float) -> None:
+        self.seconds = seconds if self.seconds is None else 0.8 * self.seconds + 0.2 * seconds
+
+    def slots(self, jobs: int, blocked: bool) -> int:
+        """The slots worth opening for `jobs` unfinished jobs; `blocked`: one has run
+        longer than WORK."""
+        if blocked or self.seconds is None or self.seconds >= self.WORK:
+            return jobs
+        return max(1, math.ceil(jobs * self.seconds / self.WORK))
+
+
 @dataclass
 class Outcome:
     """What became of a batch, before it is written back."""
@@ -177,17 +203,21 @@ class Batch:
         tracebacks: bool = False,
         refill: Refill | None = None,
         refill_at: int = 0,
+        pace: Pace | None = None,
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
         seconds)` hears how long each handler ran. `tracebacks`: keep each raised
         exception's traceback in the outcome (`--verbose`; formatting costs).
         `refill_at`: a refill also waits until that many handler slots are free (a
-        drain with limited queues, whose claims take no more jobs than free slots)."""
+        drain with limited queues, whose claims take no more jobs than free slots).
+        `pace`: the handlers' times so far, which this batch's add to (a drain's
+        batches share one)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
         self.cap = concurrency  # jobs in flight at most
-        self.slots = min(concurrency, len(jobs))
+        self.pace = pace or Pace()
+        self.withheld = False  # slots left unopened for jobs waiting (Pace)
         self.lease = lease.total_seconds()
         self.fresh_for = CONFIRM_AFTER * self.lease  # seconds a confirmation lets jobs start
         self.extend = extend
@@ -218,7 +248,7 @@ class Batch:
         self.outcome = Outcome()
         self.lock = threading.Lock()
         self.wake = clock.event()  # set when no slot is left, or a refill is due
-        self.active = self.slots
+        self.active = 0
         self.refill = refill
         self.refill_at = refill_at
         self.refill_asked = False
@@ -285,12 +315,13 @@ class Batch:
             if job.token in self.timed_out or self.closed:
                 return False
             self.running.pop(job.token, None)
-            began = self.started.pop(job.token)
+            ran = clock.monotonic() - self.started.pop(job.token)
+            self.pace.ran(ran)
             if (self.refill_at and self.refill_asked and self.refilled.is_set()
                     and self._free() >= self.refill_at):
                 self.wake.set()  # enough slots are free for the refill asked for
             if self.took:
-                self.took(job, clock.monotonic() - began)
+                self.took(job, ran)
             if job.token in self.lost:
                 return True  # no longer ours: its result must change nothing
             setback, kept, traced = ended
@@ -548,12 +579,21 @@ class Batch:
         self.wake.set()
 
     def _top_up(self) -> int:
-        """Open slots for startable jobs no slot will take (a refill's, or some that
-        came as a slot was leaving); the caller holds the lock. How many it opened."""
+        """Open slots for startable jobs no slot will take (the batch's first, a
+        refill's, some that came as a slot was leaving, some waiting behind a handler
+        that runs long), as many as their pace is worth; the caller holds the lock.
+        How many it opened."""
+        self.withheld = False
         if self.unconfirmable or self._startable() is None:
             return 0
-        opened = max(0, min(self.cap - self.active, len(self.pending)))
+        jobs = len(self.running) + len(self.pending)
+        since = clock.monotonic() - Pace.WORK
+        blocked = any(began < since for began in self.started.values())
+        room = min(self.cap, jobs) - self.active
+        opened = max(0, min(room, self.pace.slots(jobs, blocked) - self.active,
+                            len(self.pending)))
         self.active += opened
+        self.withheld = opened < min(room, len(self.pending))
         return opened
 
     def run(self) -> Outcome:
@@ -565,13 +605,19 @@ class Batch:
             raise
 
     def _run_all(self) -> Outcome:
-        for _ in range(self.slots):
+        with self.lock:
+            opened = self._top_up()
+        if not opened:
+            self.wake.set()  # nothing may start: no slot's leaving will say so
+        for _ in range(opened):
             self._carry_on()
         interval = min(self.lease / 3, MAX_HEARTBEAT)
         extended = self.confirmed
         stopped_at: float | None = None
         while True:
-            self.wake.wait(timeout=min(interval, 0.5))
+            # Slots withheld from waiting jobs: look again once a handler may have run
+            # long enough to deserve company.
+            self.wake.wait(timeout=Pace.WORK if self.withheld else min(interval, 0.5))
             with self.lock:
                 self.wake.clear()
                 refill = self._refill_due()

@@ -19,7 +19,7 @@ import psycopg
 
 from . import clock, hooks, queue, schedules, tracing
 from . import tasks as tasks_
-from .batch import Batch, Land, Outcome
+from .batch import Batch, Land, Outcome, Pace
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
 from .limits import Limits
 from .tasks import Handler, Task, as_task
@@ -301,6 +301,7 @@ class _Steps:
             link.send(lambda c: queue.record_limits(c, self.limited,
                                                     _unlimited(handlers, self.plain)))
         self.sizer = Sizer(options.batch_size, options.concurrency)
+        self.pace = Pace()  # handlers' times: how many slots a batch opens
         self.own_hooks = {q: (t.on_failure, t.on_dead) for q, t in self.tasks.items()
                           if t.on_failure or t.on_dead}
         self.spans = traced if traced is not None and traced.recording else None
@@ -374,7 +375,8 @@ class _Steps:
                   else None),
             tracebacks=self.options.verbose,
             refill=self.refill if self.refills(size, len(jobs)) else None,
-            refill_at=max(1, self.options.concurrency // 4) if self.limited else 0)
+            refill_at=max(1, self.options.concurrency // 4) if self.limited else 0,
+            pace=self.pace)
         outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
         self.sizer.observe(started, clock.monotonic() - self.mark, full=len(jobs) == size)

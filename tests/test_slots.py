@@ -1,0 +1,104 @@
+"""How many handler slots a batch opens: few for handlers that end within
+microseconds (each slot is a thread's hand-off, which costs more than they do), all of
+them while the handlers' pace is unknown, when they take time, or as soon as one runs
+long while others wait behind it."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+import drainer
+from drainer import clock
+from drainer.batch import Batch, Pace
+from drainer.queue import Job
+from drainer.run import Options, drain
+
+
+@pytest.mark.parametrize(("ran", "blocked", "jobs", "slots"), [
+    (None, False, 50, 50),  # nothing measured yet: every slot
+    (0.002, False, 50, 50),  # handlers that take time: every slot
+    (0.000_002, False, 50, 1),  # 100 µs of work in all: one slot
+    (0.000_1, False, 50, 5),  # 5 ms of work: a slot per millisecond of it
+    (0.000_002, True, 50, 50),  # one has run long: the others get slots of their own
+])
+def test_a_batch_opens_a_slot_for_each_millisecond_of_work_it_expects(ran, blocked, jobs,
+                                                                      slots):
+    pace = Pace()
+    if ran is not None:
+        pace.ran(ran)
+    assert pace.slots(jobs, blocked) == slots
+
+
+@pytest.fixture
+def handed(monkeypatch) -> list[int]:
+    """How many jobs had run as each slot was handed to a pool thread."""
+    handed: list[int] = []
+    spawn = clock.spawn
+
+    def counted(fn):
+        handed.append(len(RAN))
+        spawn(fn)
+
+    RAN.clear()
+    monkeypatch.setattr(clock, "spawn", counted)
+    return handed
+
+
+RAN: list[int] = []
+
+
+def noop(job: Job) -> None:
+    RAN.append(job.id)  # list.append: atomic under the GIL
+
+
+def test_fast_handlers_are_handed_to_one_thread(handed):
+    """Handlers known to take microseconds: fifty jobs at concurrency 50 go to one
+    pool thread, which runs them one after another."""
+    pace = Pace()
+    pace.ran(0.000_002)
+    outcome = Batch([Job(i, "default", None, 1, 5) for i in range(1, 51)],
+                    {"default": noop}, concurrency=50, lease=timedelta(minutes=5),
+                    extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
+                    stop=threading.Event(), pace=pace).run()
+    assert len(outcome.succeeded) == 50
+    assert handed == [0]
+
+
+def test_a_drain_learns_its_handlers_pace_from_its_first_batch(conn, handed):
+    """Claims of 50 at --concurrency 50, ten batches: past the first, a batch of no-op
+    handlers is handed to a thread, not to one per slot (before: five to ten a batch
+    here, as many as the slots' threads woke before the first ran every job)."""
+    drainer.enqueue_many(conn, "default", [{}] * 500)
+    summary = drain(conn, {"default": noop},
+                    Options(queues=["default"], batch_size=50, concurrency=50))
+    assert summary.done == 500
+    assert len([ran for ran in handed if ran >= 100]) <= 2 * 8
+
+
+def test_a_handler_that_runs_long_gets_the_jobs_waiting_behind_it_slots_of_their_own():
+    """Handlers known to be fast: the batch opens one slot. Its first job then waits
+    (10 s at most) until every other job ran: it returns early only if they got slots
+    while it ran."""
+    pace = Pace()
+    pace.ran(0.000_001)
+    others_ran = threading.Event()
+    left = [9]
+    lock = threading.Lock()
+    seen: list[bool] = []
+
+    def handler(job: Job) -> None:
+        if job.id == 1:
+            seen.append(others_ran.wait(10))
+            return
+        with lock:
+            left[0] -= 1
+            if not left[0]:
+                others_ran.set()
+
+    outcome = Batch([Job(i, "default", None, 1, 5) for i in range(1, 11)],
+                    {"default": handler}, concurrency=10, lease=timedelta(minutes=5),
+                    extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
+                    stop=threading.Event(), pace=pace).run()
+    assert seen == [True]
+    assert len(outcome.succeeded) == 10
