@@ -7,6 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from freezegun import freeze_time
 
 import drainer
 from drainer import clock
@@ -102,3 +103,29 @@ def test_a_handler_that_runs_long_gets_the_jobs_waiting_behind_it_slots_of_their
                     stop=threading.Event(), pace=pace).run()
     assert seen == [True]
     assert len(outcome.succeeded) == 10
+
+
+def test_a_frozen_clock_leaves_every_slot_open(monkeypatch):
+    """Under a frozen clock every handler seems to take no time, and none to run long:
+    handlers that wait for each other must still get a slot each. Two batches share a
+    pace: in the second, job 1 waits (10 s at most) for job 2 to run."""
+    monkeypatch.setattr("freezegun.api.call_stack_inspection_limit", 0)  # every thread
+    pace = Pace()
+    job2_ran = threading.Event()
+    seen: list[bool] = []
+
+    def handler(job: Job) -> None:
+        if job.id == 1:
+            seen.append(job2_ran.wait(10))
+        elif job.id == 2:
+            job2_ran.set()
+
+    def batch(jobs: list[Job], fn) -> None:
+        Batch(jobs, {"default": fn}, concurrency=2, lease=timedelta(minutes=5),
+              extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
+              stop=threading.Event(), pace=pace).run()
+
+    with freeze_time("2026-12-05 12:00:00"):
+        batch([Job(i, "default", None, 1, 5) for i in range(10, 20)], noop)
+        batch([Job(1, "default", None, 1, 5), Job(2, "default", None, 1, 5)], handler)
+    assert seen == [True]
