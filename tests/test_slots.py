@@ -53,11 +53,12 @@ def noop(job: Job) -> None:
     RAN.append(job.id)  # list.append: atomic under the GIL
 
 
-def test_fast_handlers_are_handed_to_one_thread(handed):
+def test_fast_handlers_are_handed_to_one_thread(handed, monkeypatch):
     """Handlers known to take microseconds: fifty jobs at concurrency 50 go to one
     pool thread, which runs them one after another."""
     pace = Pace()
     pace.ran(0.000_002)
+    monkeypatch.setattr(Pace, "WORK", 1.0)  # no handler seems blocked on a busy machine
     outcome = Batch([Job(i, "default", None, 1, 5) for i in range(1, 51)],
                     {"default": noop}, concurrency=50, lease=timedelta(minutes=5),
                     extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
@@ -66,11 +67,12 @@ def test_fast_handlers_are_handed_to_one_thread(handed):
     assert handed == [0]
 
 
-def test_a_drain_learns_its_handlers_pace_from_its_first_batch(conn, handed):
+def test_a_drain_learns_its_handlers_pace_from_its_first_batch(conn, handed, monkeypatch):
     """Claims of 50 at --concurrency 50, ten batches: past the first, a batch of no-op
     handlers is handed to a thread, not to one per slot (before: five to ten a batch
     here, as many as the slots' threads woke before the first ran every job)."""
     drainer.enqueue_many(conn, "default", [{}] * 500)
+    monkeypatch.setattr(Pace, "WORK", 0.05)  # no handler seems blocked on a busy machine
     summary = drain(conn, {"default": noop},
                     Options(queues=["default"], batch_size=50, concurrency=50))
     assert summary.done == 500
