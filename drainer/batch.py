@@ -135,10 +135,11 @@ RETURNED = Ended()  # a handler that returned, with nothing to keep
 class Pace:
     """How long the drain's handlers run, smoothed, for how many slots a batch opens:
     one for every WORK seconds its jobs are expected to take, all of them while that
-    is unknown, or as soon as a handler runs longer than WORK (jobs waiting behind it
-    get slots of their own). Each slot is a thread's hand-off, tens of microseconds:
-    fifty slots for fifty handlers of a few microseconds cost the batch more than the
-    handlers themselves, and a GIL does not run them at once anyway."""
+    is unknown, or as soon as WORK seconds pass without a handler ending (jobs waiting
+    behind one that runs long get slots of their own). Each slot is a thread's
+    hand-off, tens of microseconds: fifty slots for fifty handlers of a few
+    microseconds cost the batch more than the handlers themselves, and a GIL does not
+    run them at once anyway."""
 
     WORK = 0.001  # seconds of handlers' work that pay for one more slot
 
@@ -151,8 +152,8 @@ class Pace:
         self.seconds = seconds if self.seconds is None else 0.8 * self.seconds + 0.2 * seconds
 
     def slots(self, jobs: int, blocked: bool) -> int:
-        """The slots worth opening for `jobs` unfinished jobs; `blocked`: one has run
-        longer than WORK."""
+        """The slots worth opening for `jobs` unfinished jobs; `blocked`: no handler
+        ended for WORK seconds while jobs waited."""
         if blocked or self.seconds is None or self.seconds >= self.WORK:
             return jobs
         return max(1, math.ceil(jobs * self.seconds / self.WORK))
@@ -220,6 +221,7 @@ class Batch:
         self.cap = concurrency  # jobs in flight at most
         self.pace = pace or Pace()
         self.withheld = False  # slots left unopened for jobs waiting (Pace)
+        self.ended = 0  # handlers that ended, for the run loop to see none did (Pace)
         self.lease = lease.total_seconds()
         self.fresh_for = CONFIRM_AFTER * self.lease  # seconds a confirmation lets jobs start
         self.extend = extend
@@ -319,6 +321,7 @@ class Batch:
             self.running.pop(job.token, None)
             ran = clock.monotonic() - self.started.pop(job.token)
             self.pace.ran(ran)
+            self.ended += 1
             if (self.refill_at and self.refill_asked and self.refilled.is_set()
                     and self._free() >= self.refill_at):
                 self.wake.set()  # enough slots are free for the refill asked for
@@ -580,17 +583,15 @@ class Batch:
                 self.confirmed = sent
         self.wake.set()
 
-    def _top_up(self) -> int:
+    def _top_up(self, blocked: bool = False) -> int:
         """Open slots for startable jobs no slot will take (the batch's first, a
-        refill's, some that came as a slot was leaving, some waiting behind a handler
-        that runs long), as many as their pace is worth; the caller holds the lock.
-        How many it opened."""
+        refill's, some that came as a slot was leaving), as many as their pace is
+        worth, or every one they may have (`blocked`: see Pace); the caller holds the
+        lock. How many it opened."""
         self.withheld = False
         if self.unconfirmable or self._startable() is None:
             return 0
         jobs = len(self.running) + len(self.pending)
-        since = clock.monotonic() - Pace.WORK
-        blocked = any(began < since for began in self.started.values())
         room = min(self.cap, jobs) - self.active
         opened = max(0, min(room, self.pace.slots(jobs, blocked) - self.active,
                             len(self.pending)))
@@ -617,22 +618,27 @@ class Batch:
         extended = self.confirmed
         stopped_at: float | None = None
         while True:
-            # Slots withheld from waiting jobs: look again once a handler may have run
-            # long enough to deserve company.
-            self.wake.wait(timeout=Pace.WORK if self.withheld else min(interval, 0.5))
+            # Slots withheld from waiting jobs: look again after WORK seconds (a timed
+            # wait runs on the real clock, even under a test's frozen one).
+            polled, ended = self.withheld, self.ended
+            woken = self.wake.wait(timeout=Pace.WORK if polled else min(interval, 0.5))
+            now = clock.monotonic()
+            beat = now - max(extended, self.confirmed) >= self._interval(interval)
             with self.lock:
                 self.wake.clear()
                 refill = self._refill_due()
-                opened = self._top_up()
+                # Every waiting job gets a slot when no handler ended while WORK passed,
+                # or before a heartbeat holds this thread for its round trip.
+                opened = self._top_up(blocked=beat or (
+                    polled and not woken and self.ended == ended))
                 if not self.active and self.refilled.is_set():
                     break  # a refill out may bring jobs: wait for it
             if refill is not None:
                 clock.spawn(functools.partial(self._refill, *refill))
             for _ in range(opened):
                 self._carry_on()
-            now = clock.monotonic()
             self._time_out(now)
-            if now - max(extended, self.confirmed) >= self._interval(interval):
+            if beat:
                 self._heartbeat()
                 extended = now
             if (self.stop.is_set() or self.failure is not None) and stopped_at is None:

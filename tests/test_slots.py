@@ -131,3 +131,78 @@ def test_a_frozen_clock_leaves_every_slot_open(monkeypatch):
         batch([Job(i, "default", None, 1, 5) for i in range(10, 20)], noop)
         batch([Job(1, "default", None, 1, 5), Job(2, "default", None, 1, 5)], handler)
     assert seen == [True]
+
+
+def jobs(*ids: int) -> list[Job]:
+    return [Job(i, "default", None, 1, 5) for i in ids]
+
+
+def test_a_slow_heartbeat_round_trip_does_not_hold_back_jobs_waiting_behind_a_long_handler(
+        monkeypatch):
+    """Handlers known to be fast: the batch opens one slot. Job 1 then waits (2 s at
+    most) for job 2, while the batch's thread is in a heartbeat whose round trip takes
+    5 s (a reconnect's pauses, the link held by a refill's write-back, a slow server).
+    Job 2 must get a slot of its own meanwhile: before the change every slot was open
+    from the start. The pool thread is held back only until the heartbeat is out, so
+    the batch's thread surely saw job 1 not yet long when it last looked."""
+    pace = Pace()
+    pace.ran(0.000_002)
+    in_heartbeat, job2_ran = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    spawn = clock.spawn
+
+    def held_back(fn) -> None:  # a handler slot's thread starts once the heartbeat is out
+        if getattr(fn, "__func__", None) is Batch._work:
+            spawn(lambda: (in_heartbeat.wait(10), fn()))
+        else:
+            spawn(fn)
+
+    monkeypatch.setattr(clock, "spawn", held_back)
+
+    def extend(js: list[Job]) -> set:
+        in_heartbeat.set()
+        job2_ran.wait(5)  # a slow round trip (returns early once job 2 has run)
+        return {j.token for j in js}
+
+    def handler(job: Job) -> None:
+        if job.id == 1:
+            seen.append(job2_ran.wait(2))
+        else:
+            job2_ran.set()
+
+    lease = timedelta(seconds=60)
+    # Confirmed 24 s ago: a heartbeat is due at once (every 20 s), yet the leases are
+    # fresh enough to start jobs (for 30 s).
+    outcome = Batch(jobs(1, 2), {"default": handler}, concurrency=2, lease=lease,
+                    extend=extend, may_start=lambda j: True, stop=threading.Event(),
+                    confirmed=clock.monotonic() - 24, pace=pace).run()
+    assert seen == [True]
+    assert len(outcome.succeeded) == 2
+
+
+def test_a_clock_that_stops_after_the_pace_was_learned_leaves_every_slot_open(monkeypatch):
+    """The pace is learned on a running clock (fast handlers); then the clock stops (a
+    test's freezegun started while a drain runs, e.g. a worker thread). No handler can
+    be seen to run long any more, so jobs that wait for each other must not depend on
+    it: job 1 waits (3 s at most) for job 2."""
+    monkeypatch.setattr("freezegun.api.call_stack_inspection_limit", 0)  # every thread
+    pace = Pace()
+    job2_ran = threading.Event()
+    seen: list[bool] = []
+
+    def handler(job: Job) -> None:
+        if job.id == 1:
+            seen.append(job2_ran.wait(3))
+        elif job.id == 2:
+            job2_ran.set()
+
+    def batch(js: list[Job], fn) -> None:
+        Batch(js, {"default": fn}, concurrency=2, lease=timedelta(minutes=5),
+              extend=lambda j: {x.token for x in j}, may_start=lambda j: True,
+              stop=threading.Event(), pace=pace).run()
+
+    batch(jobs(*range(10, 60)), noop)  # a real clock: the pace is learned
+    assert pace.seconds is not None and pace.seconds < Pace.WORK
+    with freeze_time("2026-12-05 12:00:00"):
+        batch(jobs(1, 2), handler)
+    assert seen == [True]
