@@ -50,8 +50,9 @@ CANCEL_CHECK = 5.0
 # worker paused past its lease (SIGSTOP, a long GC pause, a sleeping laptop) must not
 # start a job that was reaped and may be running elsewhere.
 CONFIRM_AFTER = 0.5
-# One handler in this many is timed for the handlers' pace (Pace), the first included:
-# a clock read for every job costs a drain of no-op jobs a percent.
+# One handler in this many is timed for the handlers' pace (Pace), the first included,
+# chosen as they start (as they end, the first would be the fastest): a clock read for
+# every job costs a drain of no-op jobs a percent.
 PACE_SAMPLE = 16
 
 
@@ -225,6 +226,8 @@ class Batch:
         self.pace = pace or Pace()
         self.withheld = False  # slots left unopened for jobs waiting (Pace)
         self.ended = 0  # handlers that ended, for the run loop to see none did (Pace)
+        self.taken = 0  # handlers started
+        self.timed: set[Token] = set()  # started handlers whose time the pace learns
         self.lease = lease.total_seconds()
         self.fresh_for = CONFIRM_AFTER * self.lease  # seconds a confirmation lets jobs start
         self.extend = extend
@@ -293,6 +296,9 @@ class Batch:
             self.pending.popleft()
             self.running[job.token] = job
             self.started[job.token] = clock.monotonic()
+            self.taken += 1
+            if self.taken % PACE_SAMPLE == 1:  # by start: the first to end is the fastest
+                self.timed.add(job.token)
             if self.refill is not None and not self.refill_asked and self._last_rounds():
                 self.refill_asked = True
                 self.wake.set()
@@ -324,7 +330,8 @@ class Batch:
             self.running.pop(job.token, None)
             began = self.started.pop(job.token)
             self.ended += 1
-            if self.ended % PACE_SAMPLE == 1:  # a clock read per job would cost the pace
+            if self.timed and job.token in self.timed:
+                self.timed.discard(job.token)
                 self.pace.ran(clock.monotonic() - began)
             if (self.refill_at and self.refill_asked and self.refilled.is_set()
                     and self._free() >= self.refill_at):
@@ -467,6 +474,7 @@ class Batch:
                     and now - self.started[job.token] >= limit]
             for job, limit in late:
                 del self.running[job.token], self.started[job.token]
+                self.timed.discard(job.token)
                 self.timed_out.add(job.token)
                 if self.took:
                     self.took(job, limit)

@@ -69,8 +69,7 @@ class Summary:
 
 
 # Seconds a batch's last two rounds of handlers must be expected to take for the batch
-# to be refilled as they run: about a write-back's round trip (two of Pace.WORK: fast
-# handlers' batches, run on few slots, are not refilled).
+# to be refilled as they run: about a write-back's round trip.
 REFILL_AFTER = 0.002
 
 
@@ -426,12 +425,11 @@ class _Steps:
         is refilled as long as its claims take any: each refill waits for a quarter of
         the slots to be free (Batch's refill_at), so the slots do not wait for the
         batch's slowest job. No batch is refilled when its last two rounds are expected
-        to take less than REFILL_AFTER, by how long its handlers ran so far (fast
-        handlers): writing back meanwhile would gain nothing but a thread's hand-off.
-        (Not by the batches' time per job, which holds their round trips too: a limited
-        queue's small batches of no-op jobs seemed worth refilling.)"""
+        to take less than REFILL_AFTER, by the time per job seen so far (fast handlers,
+        few slots): writing back meanwhile would gain nothing but a thread's hand-off."""
         rounds = 2 * self.options.concurrency
-        if self.pace.seconds is not None and 2 * self.pace.seconds < REFILL_AFTER:
+        per_job = self.sizer.per_job
+        if per_job is not None and rounds * per_job < REFILL_AFTER:
             return False
         if self.limited:
             return size > 0 and claimed > 0
