@@ -5,6 +5,7 @@ claim between batches. Every job still runs once and is written back once."""
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
@@ -315,12 +316,10 @@ def test_a_refill_failing_after_its_claim_gives_back_what_it_claimed(conn):
                         ).fetchone() == (0,)
 
 
-def test_a_plain_queue_with_a_slow_job_in_every_claim_is_still_refilled(conn):
-    """Claims of 20 at --concurrency 4; one job in 20 sleeps 0.1 s, the others end
-    within microseconds. The batches' time per job, which holds the slow jobs, keeps
-    them refilled, so jobs of the next claim start while a slow one runs, not only the
-    19 others of its claim. Counted: for each slow job, the jobs that started while it
-    ran."""
+def slow_among_fast() -> tuple[Callable[[Job], None], list[int]]:
+    """A handler that sleeps 0.1 s for a job whose payload says slow and returns at once
+    for the others, and the list it fills: for each slow job, the jobs that started
+    while it ran."""
     started = [0]
     lock = threading.Lock()
     during: list[int] = []
@@ -334,6 +333,16 @@ def test_a_plain_queue_with_a_slow_job_in_every_claim_is_still_refilled(conn):
             with lock:
                 during.append(started[0] - before)
 
+    return handler, during
+
+
+def test_a_plain_queue_with_a_slow_job_in_every_claim_is_still_refilled(conn):
+    """Claims of 20 at --concurrency 4; one job in 20 sleeps 0.1 s, the others end
+    within microseconds. The batches' time per job, which holds the slow jobs, keeps
+    them refilled, so jobs of the next claim start while a slow one runs, not only the
+    19 others of its claim. Counted: for each slow job, the jobs that started while it
+    ran."""
+    handler, during = slow_among_fast()
     drainer.enqueue_many(conn, "mixed", [{"slow": i % 20 == 0} for i in range(200)])
     summary = drain(conn, {"mixed": handler},
                     Options(queues=["mixed"], batch_size=20, concurrency=4))
@@ -352,19 +361,7 @@ def test_a_limited_queue_with_slow_jobs_among_fast_ones_is_still_refilled(conn, 
     batches are refilled, so dozens of jobs start while a slow one runs, not only the
     3 others of its claim. Counted: for each slow job, the jobs that started while it
     ran."""
-    started = [0]
-    lock = threading.Lock()
-    during: list[int] = []
-
-    def handler(job: Job) -> None:
-        with lock:
-            started[0] += 1
-            before = started[0]
-        if job.payload.get("slow"):
-            time.sleep(0.1)
-            with lock:
-                during.append(started[0] - before)
-
+    handler, during = slow_among_fast()
     for i in range(200):
         drainer.enqueue(conn, "lim4", {"slow": i % 20 == 0}, group=f"g{i}")
     summary = drain(conn, {"lim4": drainer.Task(handler, "lim4", **limit)},
@@ -378,25 +375,11 @@ def test_a_plain_queue_drained_with_a_slow_limited_one_does_not_wait_for_its_job
     to 1 running whose 5 jobs sleep 0.1 s each: while a slow job runs, plain jobs go on
     being claimed and run on the other slots (its batch is refilled). Counted: for
     each slow job, the plain jobs that started while it ran."""
-    started = [0]
-    lock = threading.Lock()
-    during: list[int] = []
-
-    def fast(job: Job) -> None:
-        with lock:
-            started[0] += 1
-
-    def slow(job: Job) -> None:
-        with lock:
-            before = started[0]
-        time.sleep(0.1)
-        with lock:
-            during.append(started[0] - before)
-
-    drainer.enqueue_many(conn, "slowlim", [{}] * 5)
+    handler, during = slow_among_fast()
+    drainer.enqueue_many(conn, "slowlim", [{"slow": True}] * 5)
     drainer.enqueue_many(conn, "plainq", [{}] * 300)
-    summary = drain(conn, {"plainq": fast,
-                           "slowlim": drainer.Task(slow, "slowlim", concurrency=1)},
+    summary = drain(conn, {"plainq": handler,
+                           "slowlim": drainer.Task(handler, "slowlim", concurrency=1)},
                     Options(queues=["plainq", "slowlim"], concurrency=4))
     assert summary.done == 305 and len(during) == 5
     assert sum(during) >= 200, during  # of the 300 plain jobs

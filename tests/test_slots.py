@@ -108,32 +108,6 @@ def test_a_handler_that_runs_long_gets_the_jobs_waiting_behind_it_slots_of_their
     assert len(outcome.succeeded) == 10
 
 
-def test_a_frozen_clock_leaves_every_slot_open(monkeypatch):
-    """Under a frozen clock every handler seems to take no time, and none to run long:
-    handlers that wait for each other must still get a slot each. Two batches share a
-    pace: in the second, job 1 waits (10 s at most) for job 2 to run."""
-    monkeypatch.setattr("freezegun.api.call_stack_inspection_limit", 0)  # every thread
-    pace = Pace()
-    job2_ran = threading.Event()
-    seen: list[bool] = []
-
-    def handler(job: Job) -> None:
-        if job.id == 1:
-            seen.append(job2_ran.wait(10))
-        elif job.id == 2:
-            job2_ran.set()
-
-    def batch(jobs: list[Job], fn) -> None:
-        Batch(jobs, {"default": fn}, concurrency=2, lease=timedelta(minutes=5),
-              extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
-              stop=threading.Event(), pace=pace).run()
-
-    with freeze_time("2026-12-05 12:00:00"):
-        batch([Job(i, "default", None, 1, 5) for i in range(10, 20)], noop)
-        batch([Job(1, "default", None, 1, 5), Job(2, "default", None, 1, 5)], handler)
-    assert seen == [True]
-
-
 def jobs(*ids: int) -> list[Job]:
     return [Job(i, "default", None, 1, 5) for i in ids]
 
@@ -181,19 +155,23 @@ def test_a_slow_heartbeat_round_trip_does_not_hold_back_jobs_waiting_behind_a_lo
     assert len(outcome.succeeded) == 2
 
 
-def test_a_clock_that_stops_after_the_pace_was_learned_leaves_every_slot_open(monkeypatch):
-    """The pace is learned on a running clock (fast handlers); then the clock stops (a
-    test's freezegun started while a drain runs, e.g. a worker thread). No handler can
-    be seen to run long any more, so jobs that wait for each other must not depend on
-    it: job 1 waits (3 s at most) for job 2."""
+@pytest.mark.parametrize("learned", [False, True],
+                         ids=["frozen throughout", "frozen once the pace was learned"])
+def test_a_frozen_clock_leaves_every_slot_open(monkeypatch, learned):
+    """Under a frozen clock every handler seems to take no time, and none to run long:
+    handlers that wait for each other must still get a slot each, whether the clock
+    was frozen from the start or stopped once the pace was learned (a test's freezegun
+    started while a drain runs). Two batches share a pace: in the second, job 1 waits
+    (10 s at most) for job 2 to run."""
     monkeypatch.setattr("freezegun.api.call_stack_inspection_limit", 0)  # every thread
+    monkeypatch.setattr(Pace, "WORK", 0.5)  # a busy machine's no-op stays below it
     pace = Pace()
     job2_ran = threading.Event()
     seen: list[bool] = []
 
     def handler(job: Job) -> None:
         if job.id == 1:
-            seen.append(job2_ran.wait(3))
+            seen.append(job2_ran.wait(10))
         elif job.id == 2:
             job2_ran.set()
 
@@ -202,10 +180,17 @@ def test_a_clock_that_stops_after_the_pace_was_learned_leaves_every_slot_open(mo
               extend=lambda j: {x.token for x in j}, may_start=lambda j: True,
               stop=threading.Event(), pace=pace).run()
 
-    batch(jobs(*range(10, 60)), noop)  # a real clock: the pace is learned
-    assert pace.seconds is not None and pace.seconds < Pace.WORK
-    with freeze_time("2026-12-05 12:00:00"):
+    frozen = freeze_time("2026-12-05 12:00:00")
+    if not learned:
+        frozen.start()
+    try:
+        batch(jobs(*range(10, 60)), noop)
+        if learned:
+            assert pace.seconds is not None and pace.seconds < Pace.WORK
+            frozen.start()
         batch(jobs(1, 2), handler)
+    finally:
+        frozen.stop()
     assert seen == [True]
 
 
