@@ -185,8 +185,9 @@ MAX_RUNTIME = Setting[float | None](
     f"claims are given back (at least {MIN_MAX_RUNTIME:g}, default: none)", "SECONDS")
 CONCURRENCY = Setting(
     "concurrency", positive_int, 1,
-    "handlers this process runs at once, for I/O-bound jobs (default 1; sync ones on "
-    "threads, async ones on one event loop); "
+    "handlers this process runs at once at most, for I/O-bound jobs (default 1; sync "
+    "ones on threads, fewer when they end within microseconds; async ones on one "
+    "event loop); "
     "per process, unlike a task's concurrency=, which holds across every drainer", "N")
 ARCHIVE_AFTER = Setting(
     "archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER,
