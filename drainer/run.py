@@ -424,15 +424,17 @@ class _Steps:
         drain with limited queues, whose claims never take more jobs than free slots,
         is refilled as long as its claims take any: each refill waits for a quarter of
         the slots to be free (Batch's refill_at), so the slots do not wait for the
-        batch's slowest job. No batch is refilled when its last two rounds are expected
-        to take less than REFILL_AFTER, by the time per job seen so far (fast handlers,
-        few slots): writing back meanwhile would gain nothing but a thread's hand-off."""
+        batch's slowest job, whatever the time per job seen so far: once the refills of
+        fast jobs are quick, that time says nothing of a slow one holding a slot. No
+        other batch is refilled when its last two rounds are expected to take less than
+        REFILL_AFTER, by the time per job seen so far (fast handlers, few slots):
+        writing back meanwhile would gain nothing but a thread's hand-off."""
+        if self.limited:
+            return size > 0 and claimed > 0
         rounds = 2 * self.options.concurrency
         per_job = self.sizer.per_job
         if per_job is not None and rounds * per_job < REFILL_AFTER:
             return False
-        if self.limited:
-            return size > 0 and claimed > 0
         return size > 0 and claimed == size and size >= rounds
 
     def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,

@@ -336,6 +336,34 @@ def slow_among_fast() -> tuple[Callable[[Job], None], list[int]]:
     return handler, during
 
 
+def test_a_limited_queue_of_mostly_fast_jobs_keeps_its_slots_busy_past_a_slow_one(conn):
+    """A queue limited to 4 running, drained at --concurrency 4: its first job is slow
+    (it waits, 5 s at most, until the 60 fast jobs behind it have run), the rest end
+    within microseconds. The batch is refilled as slots free up, so every fast job
+    runs while the slow one does, even once the quick refills of fast jobs make the
+    time per job look small (run after other tests, three slots used to wait)."""
+    fast_done = threading.Event()
+    left = [60]
+    lock = threading.Lock()
+    seen: list[tuple[bool, int]] = []
+
+    def handler(job: Job) -> None:
+        if job.payload.get("slow"):
+            seen.append((fast_done.wait(5), 60 - left[0]))
+            return
+        with lock:
+            left[0] -= 1
+            if not left[0]:
+                fast_done.set()
+
+    lim = drainer.Task(handler, "lim4", concurrency=4)
+    drainer.enqueue(conn, "lim4", {"slow": True})
+    drainer.enqueue_many(conn, "lim4", [{}] * 60)
+    summary = drain(conn, {"lim4": lim}, Options(queues=["lim4"], concurrency=4))
+    assert summary.done == 61
+    assert seen == [(True, 60)]  # (every fast job ran while it waited, how many did)
+
+
 def test_a_plain_queue_with_a_slow_job_in_every_claim_is_still_refilled(conn):
     """Claims of 20 at --concurrency 4; one job in 20 sleeps 0.1 s, the others end
     within microseconds. The batches' time per job, which holds the slow jobs, keeps
