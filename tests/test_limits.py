@@ -1,7 +1,6 @@
 """Flow control across drainers, enforced in the claim: concurrency, per-group FIFO,
 rate; checked from what real drainer processes recorded (tests/tasks/limited.py)."""
 
-import _thread
 import json
 import signal
 import subprocess
@@ -467,18 +466,27 @@ def test_ctrl_c_while_the_claim_waits_for_the_limits_lock_keeps_the_write_back(c
     with psycopg.connect(db_url, autocommit=True) as drain:
         jobs = queue.claim(drain, [], 10, timedelta(minutes=5), limited=capped, take=10)
         pid = drain.info.backend_pid
+        main = threading.main_thread().ident
+        assert main is not None
 
         def interrupt_once_waiting() -> None:
             wait_until(lambda: conn.execute("SELECT wait_event FROM pg_stat_activity "
                                             "WHERE pid = %s", (pid,)).fetchone()
                        == ("advisory",))
-            _thread.interrupt_main()
+            signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C, to the main thread
 
-        with limit_held(db_url, "capped"):
-            threading.Thread(target=interrupt_once_waiting, daemon=True).start()
-            with pytest.raises(KeyboardInterrupt):
-                queue.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], [],
-                             claim_next=queue.Claim([], 10, timedelta(minutes=5), capped, 10))
+        # Ctrl-C's own handler, as a script has it: an in-process `drainer drain` of an
+        # earlier test leaves SIGINT ignored (the CLI does so once its work is written).
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with limit_held(db_url, "capped"):
+                threading.Thread(target=interrupt_once_waiting, daemon=True).start()
+                with pytest.raises(KeyboardInterrupt):
+                    queue.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], [],
+                                 claim_next=queue.Claim([], 10, timedelta(minutes=5), capped,
+                                                        10))
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert drain.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert conn.execute("SELECT status FROM jobs ORDER BY id").fetchall() == [
         ("done",), ("done",), ("queued",)]
