@@ -334,7 +334,7 @@ class Batch:
                 self.timed.discard(job.token)
                 self.pace.ran(clock.monotonic() - began)
             if (self.refill_at and self.refill_asked and self.refilled.is_set()
-                    and self._free() >= self.refill_at):
+                    and not self.wake.is_set() and self._free() >= self.refill_at):
                 self.wake.set()  # enough slots are free for the refill asked for
             if self.took:
                 self.took(job, clock.monotonic() - began)

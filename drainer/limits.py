@@ -8,7 +8,7 @@ Queues without limits keep the plain claim, and pay nothing for this.
 """
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TypedDict
 
 import psycopg
@@ -40,7 +40,9 @@ class Limits:
 
     def row(self, take: int) -> dict[str, object]:
         """This queue's object in a limited claim's `limits` JSON."""
-        return {**asdict(self), "take": take}
+        return {"queue": self.queue, "concurrency": self.concurrency,
+                "per_group": self.per_group, "rate": self.rate,
+                "per_seconds": self.per_seconds, "take": take}
 
 
 def limits(queue: str, concurrency: int | None, per_group: int | None,

@@ -600,7 +600,7 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     the batch: they are no more than its free handler slots, so they start at once,
     never held in the batch behind others."""
     spec = spec or Claim((), 0, timedelta(0))  # nothing to claim
-    if spec.limited:
+    if spec.limited and not sql.features(conn).limits:  # known: no call per claim
         _require_sync(conn, limits=True)
     plain = claim_sql(spec.size, *claim_kind(conn), now is not None) if spec.queues else None
     # A plain claim alone is one statement, sent as it is. (After a pipeline, the
