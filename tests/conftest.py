@@ -9,6 +9,7 @@ session's server and the per-test databases are drainer.testing's, the pytest pl
 users enable for their own tests: one implementation for both.
 """
 
+import signal
 from collections.abc import Iterator
 
 import psycopg
@@ -54,9 +55,13 @@ def declared() -> Iterator[dict]:
 def fresh_process_state() -> Iterator[None]:
     """After each test, drainer's per-process state as a new process has it (cached
     clients and secrets, pending kicks, the Lambda log handler, idle handler
-    threads), so no test sees what an earlier one left. Registered tasks stay."""
+    threads, SIGINT's and SIGTERM's handlers: an in-process `drainer drain` leaves them
+    ignored), so no test sees what an earlier one left. Registered tasks stay."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     yield
     testing.reset()
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")
