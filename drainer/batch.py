@@ -50,9 +50,8 @@ CANCEL_CHECK = 5.0
 # worker paused past its lease (SIGSTOP, a long GC pause, a sleeping laptop) must not
 # start a job that was reaped and may be running elsewhere.
 CONFIRM_AFTER = 0.5
-# One handler in this many is timed for the handlers' pace (Pace), the first included,
-# chosen as they start (as they end, the first would be the fastest): a clock read for
-# every job costs a drain of no-op jobs a percent.
+# One handler in this many is timed for the handlers' pace (Pace), the first included:
+# a clock read for every job costs a drain of no-op jobs a percent.
 PACE_SAMPLE = 16
 
 
@@ -163,6 +162,33 @@ class Pace:
         return max(1, math.ceil(jobs * self.seconds / self.WORK))
 
 
+class _Timing:
+    """A batch's part in the pace: which of its running handlers are timed (one in
+    PACE_SAMPLE, chosen as they start: as they end, the first would be the fastest),
+    and how many ended, for the run loop to see that none did."""
+
+    def __init__(self, pace: Pace) -> None:
+        self.pace = pace
+        self.started = 0
+        self.ended = 0
+        self.timed: set[Token] = set()
+
+    def start(self, token: Token) -> None:
+        self.started += 1
+        if self.started % PACE_SAMPLE == 1:
+            self.timed.add(token)
+
+    def end(self, token: Token, began: float) -> None:
+        self.ended += 1
+        if self.timed and token in self.timed:
+            self.timed.discard(token)
+            self.pace.ran(clock.monotonic() - began)
+
+    def drop(self, token: Token) -> None:
+        """A handler written off (timed out): its time says nothing of the pace."""
+        self.timed.discard(token)
+
+
 @dataclass
 class Outcome:
     """What became of a batch, before it is written back."""
@@ -224,10 +250,8 @@ class Batch:
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
         self.cap = concurrency  # jobs in flight at most
         self.pace = pace or Pace()
+        self.timing = _Timing(self.pace)
         self.withheld = False  # slots left unopened for jobs waiting (Pace)
-        self.ended = 0  # handlers that ended, for the run loop to see none did (Pace)
-        self.taken = 0  # handlers started
-        self.timed: set[Token] = set()  # started handlers whose time the pace learns
         self.lease = lease.total_seconds()
         self.fresh_for = CONFIRM_AFTER * self.lease  # seconds a confirmation lets jobs start
         self.extend = extend
@@ -296,9 +320,7 @@ class Batch:
             self.pending.popleft()
             self.running[job.token] = job
             self.started[job.token] = clock.monotonic()
-            self.taken += 1
-            if self.taken % PACE_SAMPLE == 1:  # by start: the first to end is the fastest
-                self.timed.add(job.token)
+            self.timing.start(job.token)
             if self.refill is not None and not self.refill_asked and self._last_rounds():
                 self.refill_asked = True
                 self.wake.set()
@@ -329,10 +351,7 @@ class Batch:
                 return False
             self.running.pop(job.token, None)
             began = self.started.pop(job.token)
-            self.ended += 1
-            if self.timed and job.token in self.timed:
-                self.timed.discard(job.token)
-                self.pace.ran(clock.monotonic() - began)
+            self.timing.end(job.token, began)
             if (self.refill_at and self.refill_asked and self.refilled.is_set()
                     and not self.wake.is_set() and self._free() >= self.refill_at):
                 self.wake.set()  # enough slots are free for the refill asked for
@@ -474,7 +493,7 @@ class Batch:
                     and now - self.started[job.token] >= limit]
             for job, limit in late:
                 del self.running[job.token], self.started[job.token]
-                self.timed.discard(job.token)
+                self.timing.drop(job.token)
                 self.timed_out.add(job.token)
                 if self.took:
                     self.took(job, limit)
@@ -632,7 +651,7 @@ class Batch:
         while True:
             # Slots withheld from waiting jobs: look again after WORK seconds (a timed
             # wait runs on the real clock, even under a test's frozen one).
-            polled, ended = self.withheld, self.ended
+            polled, ended = self.withheld, self.timing.ended
             woken = self.wake.wait(timeout=Pace.WORK if polled else min(interval, 0.5))
             now = clock.monotonic()
             beat = now - max(extended, self.confirmed) >= self._interval(interval)
@@ -642,7 +661,7 @@ class Batch:
                 # Every waiting job gets a slot when no handler ended while WORK passed,
                 # or before a heartbeat holds this thread for its round trip.
                 opened = self._top_up(blocked=beat or (
-                    polled and not woken and self.ended == ended))
+                    polled and not woken and self.timing.ended == ended))
                 if not self.active and self.refilled.is_set():
                     break  # a refill out may bring jobs: wait for it
             if refill is not None:
