@@ -290,6 +290,10 @@ class Batch:
         self.refilled.set()
         self.failure: BaseException | None = None  # a refill's error
         self.landings = 0  # refills whose jobs joined the batch (see _heartbeat)
+        self.landed = 0  # jobs refills brought
+        # The last refill brought no job: the next one waits for a result to write back
+        # (else it would be sent again at once, for nothing, while slots are free).
+        self.idle_refill = False
         # Claims found taken over in the batch's whole run; each is in the outcome of
         # one write-back only.
         self.lost: set[Token] = set()
@@ -578,7 +582,8 @@ class Batch:
         up: a claim of no more than the free slots never leaves a job waiting."""
         if (self.refill is None or not self.refill_asked or self.closed or self.stop.is_set()
                 or self.failure is not None or not self.refilled.is_set()
-                or self._free() < self.refill_at):
+                or self._free() < self.refill_at
+                or (self.idle_refill and not (self.outcome.succeeded or self.outcome.failed))):
             return None
         self.refilled.clear()
         return self.refill, self._finished(), self._free()
@@ -587,6 +592,8 @@ class Batch:
         """On a pool thread: write `part` back and claim more, while run()'s thread goes
         on with heartbeats, timeouts and the stop, and opens slots for what comes."""
         more = False
+        with self.lock:
+            before = self.landed
         try:
             more = refill(part, functools.partial(self._land, clock.monotonic()), free)
         except BaseException as exc:  # noqa: BLE001 - run() ends the batch, the caller raises
@@ -597,6 +604,7 @@ class Batch:
                 # The jobs taken while it was out (its own among them) asked for none: as
                 # the last of them would have, ask for the next once its last rounds run.
                 self.refill_asked = more and self._last_rounds()
+                self.idle_refill = more and self.landed == before
                 if not more:
                     self.refill = None
             self.refilled.set()
@@ -609,6 +617,7 @@ class Batch:
         with self.lock:
             self.pending.extend(jobs)
             self.landings += 1
+            self.landed += len(jobs)
             if sent < self.confirmed:
                 self.confirmed_wall -= self.confirmed - sent
                 self.confirmed = sent

@@ -322,7 +322,16 @@ class _Steps:
         batches, all of them): jobs waiting in a batch would hold a place its running
         ones could use, and a job given back unstarted keeps its rate's token."""
         slots = self.options.concurrency if free is None else free
-        return queue.Claim(self.plain, size, self.options.lease, self.limited,
+        limited = self.limited
+        if self.options.deadline is not None and limited:
+            # A limited job claimed now but refused by may_start would wait in the batch,
+            # 'running', holding its limit's place (and a token) until the batch ends.
+            remaining = self.remaining()
+            limited = [lim for lim in limited if self.sizer.may_start(
+                remaining, lim.queue, self.tasks[lim.queue].timeout)]
+            if len(limited) < len(self.limited):
+                self.summary.stopped = "deadline"
+        return queue.Claim(self.plain, size, self.options.lease, limited,
                            take=min(size, slots))
 
     def remaining(self) -> float | None:
@@ -414,9 +423,9 @@ class _Steps:
             self.known.pop(job.token, None)
         settled = self.write_back(part, self.claim(size, free) if size else None,
                                   [*ended, *lost], joined)
-        return self.refills(size, len(settled.claimed))
+        return self.refills(size, len(settled.claimed), refilling=True)
 
-    def refills(self, size: int, claimed: int) -> bool:
+    def refills(self, size: int, claimed: int, refilling: bool = False) -> bool:
         """Whether a batch from a claim of `size` that took `claimed` jobs is refilled:
         when the claim came back full (more are likely ready) and holds two rounds of
         handlers or more. A smaller one is written back between batches, as a claim
@@ -430,7 +439,11 @@ class _Steps:
         REFILL_AFTER, by the time per job seen so far (fast handlers, few slots):
         writing back meanwhile would gain nothing but a thread's hand-off."""
         if self.limited:
-            return size > 0 and claimed > 0
+            # Even when this claim took none: the batch's jobs that finish later must be
+            # written back as they do (Batch waits for one before the next refill), or
+            # each would hold its limit's place, and its group's next job, until the
+            # batch's slowest job ends.
+            return size > 0 and (claimed > 0 or refilling)
         rounds = 2 * self.options.concurrency
         per_job = self.sizer.per_job
         if per_job is not None and rounds * per_job < REFILL_AFTER:

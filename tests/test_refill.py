@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import drainer
+from drainer import clock
 from drainer.batch import Batch, Land, Outcome
 from drainer.queue import Job
 from drainer.run import Options, Summary, drain
@@ -411,3 +412,82 @@ def test_a_plain_queue_drained_with_a_slow_limited_one_does_not_wait_for_its_job
                     Options(queues=["plainq", "slowlim"], concurrency=4))
     assert summary.done == 305 and len(during) == 5
     assert sum(during) >= 200, during  # of the 300 plain jobs
+
+
+def test_a_refill_near_the_deadline_never_holds_limited_jobs_it_cannot_start(conn, db_url):
+    """A queue limited to 3 running, --concurrency 3, --max-runtime: one long job (4 s)
+    and short ones (0.4 s). Near the deadline a refill's claim is sized by the mean time
+    per job (fits) while a job starts only if the queue's longest run fits (may_start):
+    a limited job claimed then is never started, yet stays 'running' until the long
+    handler ends, holding one of the queue's 3 places that no drainer may use."""
+    long_id = drainer.enqueue(conn, "capped3", {"sleep": 4.0})
+    drainer.enqueue_many(conn, "capped3", [{"sleep": 0.4}] * 40)
+    started: set[int] = set()  # jobs whose handler began
+    lock = threading.Lock()
+    held: list[tuple[float, list[int]]] = []
+
+    def handler(job: Job) -> None:
+        with lock:
+            started.add(job.id)
+        time.sleep(job.payload["sleep"])
+
+    stop_watch = threading.Event()
+
+    def watch() -> None:
+        with psycopg.connect(db_url, autocommit=True) as other:
+            while not stop_watch.is_set():
+                ids = [i for (i,) in other.execute(
+                    "SELECT id FROM jobs WHERE queue = 'capped3' AND status = 'running'")]
+                with lock:
+                    never = [i for i in ids if i not in started]
+                # A claim just landed has a moment before its handler starts.
+                if never:
+                    held.append((time.monotonic(), never))
+                time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    task = drainer.Task(handler, "capped3", concurrency=3)
+    watcher.start()
+    try:
+        summary = drain(conn, {"capped3": task},
+                        Options(queues=["capped3"], concurrency=3,
+                                deadline=clock.monotonic() + 2.0))
+    finally:
+        stop_watch.set()
+        watcher.join()
+    assert summary.stopped == "deadline"
+    assert conn.execute("SELECT status FROM jobs WHERE id = %s", (long_id,)).fetchone() == (
+        "done",)
+    # Jobs 'running' in the table whose handler never began, seen for more than 0.5 s:
+    # claimed, held back, holding the limit.
+    by_job: dict[int, list[float]] = {}
+    for at, ids in held:
+        for i in ids:
+            by_job.setdefault(i, []).append(at)
+    stuck = {i: round(max(ats) - min(ats), 2) for i, ats in by_job.items()
+             if max(ats) - min(ats) > 0.5}
+    assert stuck == {}
+
+
+def test_a_groups_next_job_does_not_wait_for_another_groups_slow_job(conn):
+    """per_group=1, --concurrency 4. Group g1's only job runs 4 s; g2's one job ends at
+    once; g3's first job X runs 0.3 s, then Y. The refill after g2's job claims nothing
+    (g1 and g3 are held by their running heads), and the batch was never refilled
+    again: X, finished, stayed 'running' in the table until g1's slow job ended, and
+    its group (Y, here or in any other drainer) waited for a job of another group."""
+    starts: dict[str, float] = {}
+    ends: dict[str, float] = {}
+
+    def handler(job: Job) -> None:
+        starts[job.payload["name"]] = time.monotonic()
+        time.sleep(job.payload["sleep"])
+        ends[job.payload["name"]] = time.monotonic()
+
+    drainer.enqueue(conn, "fifo1", {"name": "slow", "sleep": 4.0}, group="g1")
+    drainer.enqueue(conn, "fifo1", {"name": "quick", "sleep": 0.0}, group="g2")
+    drainer.enqueue(conn, "fifo1", {"name": "X", "sleep": 0.3}, group="g3")
+    drainer.enqueue(conn, "fifo1", {"name": "Y", "sleep": 0.0}, group="g3")
+    task = drainer.Task(handler, "fifo1", per_group=1)
+    summary = drain(conn, {"fifo1": task}, Options(queues=["fifo1"], concurrency=4))
+    assert summary.done == 4
+    assert starts["Y"] - ends["X"] < 1.0, starts["Y"] - ends["X"]
