@@ -574,8 +574,14 @@ def claim(
 ) -> list[Job]:
     """Claim up to `batch_size` ready jobs of `queues`, highest priority then oldest
     run_at first (oldest first on a table without priorities), and up to `take` of
-    each queue of `limited` within its limits; commits at once."""
-    return _jobs(_send(conn, Claim(queues, batch_size, lease, limited, take), now)[1])
+    each queue of `limited` within its limits; commits at once. A queue named twice is
+    claimed once: scanned twice, its rows (locked by this transaction, which SKIP LOCKED
+    does not skip) came back twice, to run twice."""
+    once: dict[str, Limits] = {}
+    for lim in limited:
+        once.setdefault(lim.queue, lim)
+    spec = Claim(list(dict.fromkeys(queues)), batch_size, lease, list(once.values()), take)
+    return _jobs(_send(conn, spec, now)[1])
 
 
 Write = Callable[[], "psycopg.Cursor | None"]

@@ -241,6 +241,10 @@ def drain(
     missing = sorted(set(options.queues) - set(handlers))
     if missing or not options.queues:
         raise ConfigError(f"no handler for queues {missing}" if missing else "no queues to drain")
+    # A queue named twice (--queue q --queue q, DRAINER_QUEUES=q,q) is drained once: in
+    # a claim twice, each of its scans took the same rows (SKIP LOCKED skips only other
+    # transactions' locks), and every job ran twice.
+    options = replace(options, queues=list(dict.fromkeys(options.queues)))
     if not conn.autocommit:
         raise ConfigError("drain() needs an autocommit connection (psycopg.connect(url, "
                           "autocommit=True)): on any other, its claims would stay in an "

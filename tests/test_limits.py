@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -548,3 +548,70 @@ def test_a_limited_batch_is_still_refilled_when_its_refills_jobs_start_at_once(c
     assert (summary.done, summary.failed) == (1, 40)
     late = [i for i, at in started.items() if i != slow and at >= started[slow] + 3.0]
     assert late == []
+
+
+def _drain(db_url: str, *queues: str) -> subprocess.Popen:
+    args = [a for q in queues for a in ("--queue", q)]
+    return subprocess.Popen([sys.executable, "-m", "drainer", "drain", "--tasks", "limited",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=clean_env(DRAINER_DATABASE_URL=db_url))
+
+
+def _waiting_on_limits(conn, count: int) -> bool:
+    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                        "current_database() AND wait_event_type = 'Lock' "
+                        "AND query LIKE '%%drainer_limits%%'").fetchone()[0] >= count
+
+
+def test_two_drainers_naming_the_same_limited_queues_in_another_order_do_not_deadlock(
+        conn, db_url):
+    """`record_limits` upserts one row per limited queue, in the order of --queue: two
+    drainers started together with `--queue capped --queue single` and `--queue single
+    --queue capped` lock the two rows in opposite orders. (The test holds capped's row
+    for a moment, as a third drainer's upsert would, so that both meet in the middle.)"""
+    queue.record_limits(conn, [Limits("capped", concurrency=3), Limits("single", concurrency=1)],
+                        [])
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT FROM drainer_limits WHERE queue = 'capped' FOR UPDATE")
+        first = _drain(db_url, "capped", "single")  # waits for capped, holding nothing
+        wait_until(lambda: _waiting_on_limits(conn, 1))
+        second = _drain(db_url, "single", "capped")  # takes single, waits for capped
+        wait_until(lambda: _waiting_on_limits(conn, 2))
+        holder.commit()  # first takes capped, then waits for single: a cycle
+    outs = [p.communicate(timeout=120) for p in (first, second)]
+    errors = [err for p, (_, err) in zip((first, second), outs, strict=True) if p.returncode]
+    assert errors == [], errors
+
+
+def test_a_queue_named_twice_runs_each_job_once_and_within_its_limit(conn, db_url):
+    """`--queue capped --queue capped` (or DRAINER_QUEUES=capped,capped, or a script's
+    Options(queues=[...]) built from two lists): the queue is in the claim twice, and
+    each of its laterals takes the same rows (SKIP LOCKED does not skip the claim's own
+    locks), so every job comes back twice and its handler runs twice."""
+    conn.execute(RUNS)
+    drainer.enqueue_many(conn, "capped", [{"sleep": 0.2}] * 6)
+    proc = _drain(db_url, "capped", "capped")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    runs = conn.execute("SELECT job_id, count(*) FROM limit_runs GROUP BY job_id "
+                        "ORDER BY job_id").fetchall()
+    assert [n for _, n in runs] == [1] * 6, runs  # each job once
+
+
+def test_a_plain_queue_named_twice_runs_each_job_once(conn):
+    """The same through the API, on the plain claim: Options(queues=["plain", "plain"])."""
+    drainer.enqueue_many(conn, "plain", [{}] * 3)
+    seen: Counter[int] = Counter()
+    summary = drainer.drain(conn, {"plain": lambda job: seen.update([job.id])},
+                            drainer.Options(queues=["plain", "plain"]))
+    assert sorted(seen.values()) == [1, 1, 1] and summary.claimed == 3, (seen, summary)
+
+
+def test_a_claim_naming_a_queue_twice_takes_each_job_once(conn):
+    drainer.enqueue_many(conn, "capped", [{}] * 10)
+    drainer.enqueue_many(conn, "plain", [{}] * 3)
+    capped = Limits("capped", concurrency=3)
+    jobs = queue.claim(conn, ["plain", "plain"], 10, timedelta(minutes=5),
+                       limited=[capped, capped], take=10)
+    ids = [j.id for j in jobs]
+    assert len(ids) == len(set(ids)) == 6, ids

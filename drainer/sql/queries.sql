@@ -946,15 +946,23 @@ ORDER BY s.withdrawn, s.name;
 -- name: limits_record
 -- The limits the drain's code declares for its queues (%(limits)s), for `stats` and
 -- `doctor`, written only where they changed; the queues of %(unlimited)s (drained, with
--- a task and no limits now) lose theirs.
-WITH l AS (
+-- a task and no limits now) lose theirs. One drainer at a time (`serial`, read before
+-- any row is written, its lock held to the end): each locks several rows, in the order
+-- of its --queue options, and two that name the same queues in another order, or move
+-- a limit from one queue to another, deadlocked. A queue named twice is one row.
+WITH serial AS MATERIALIZED (
+  SELECT pg_advisory_xact_lock(hashtext('drainer.limits_record')) AS locked
+), l AS (
   SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb)
          AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8)
 ), gone AS (
   DELETE FROM drainer_limits WHERE queue = ANY(%(unlimited)s::text[])
+    AND EXISTS (SELECT FROM serial)
 )
 INSERT INTO drainer_limits AS d (queue, concurrency, per_group, rate, per_seconds)
-SELECT queue, concurrency, per_group, rate, per_seconds FROM l
+SELECT DISTINCT ON (l.queue) l.queue, l.concurrency, l.per_group, l.rate, l.per_seconds
+FROM serial, l
+ORDER BY l.queue
 ON CONFLICT (queue) DO UPDATE
 SET concurrency = excluded.concurrency, per_group = excluded.per_group,
     rate = excluded.rate, per_seconds = excluded.per_seconds, updated_at = now()
