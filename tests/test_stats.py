@@ -3,6 +3,7 @@ trigger so the completion statement is the same on a hand-made table) and the te
 chart of queue depth."""
 
 import json
+import re
 from datetime import timedelta
 
 import psycopg
@@ -65,3 +66,28 @@ def test_the_depth_chart_scales_bars_by_status_per_queue():
         "bb  queued     4  #",
         "    failed   200  " + "#" * 20,
     ]
+
+
+def _strict(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_times_of_minus_infinity_from_another_producer_give_ages_json_can_hold(conn, db_url):
+    """Another producer's run_at and lease end of '-infinity': the ages run from the
+    jobs' creation at the earliest, and `stats --json` and `doctor --json` stay JSON
+    (Python's json would print Infinity, which no other parser reads)."""
+    drainer.enqueue(conn, "odd", {})
+    drainer.enqueue(conn, "odd", {})
+    conn.execute("UPDATE jobs SET run_at = '-infinity', created_at = now() - interval '1 hour'"
+                 " WHERE id = 1")
+    conn.execute("UPDATE jobs SET status = 'running', locked_until = '-infinity', "
+                 "created_at = now() - interval '2 hours' WHERE id = 2")
+    stats = json.loads(run_cli("stats", "--json", "--database-url", db_url).stdout,
+                       parse_constant=_strict)
+    [ready] = [q for q in stats["queues"] if q["status"] == "queued"]
+    assert 3600 <= ready["oldest_ready_seconds"] < 3700
+    doctor = run_cli("doctor", "--json", "--database-url", db_url)
+    found = json.loads(doctor.stdout, parse_constant=_strict)
+    [expired] = [f for f in found["findings"] if f["check"] == "expired_leases"]
+    seconds = re.search(r"the oldest (\d+)s ago", expired["summary"])
+    assert seconds and 7200 <= int(seconds[1]) < 7300, expired["summary"]

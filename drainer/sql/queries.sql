@@ -720,8 +720,10 @@ WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 
 -- name: stats
+-- Ages are measured from a job's creation at the earliest: another producer's run_at
+-- of '-infinity' (or of years ago) made an infinite age, which JSON cannot hold.
 SELECT j.queue, j.status, count(*) AS jobs,
-       extract(epoch FROM now() - min(j.run_at) FILTER (
+       extract(epoch FROM now() - min(greatest(j.run_at, j.created_at)) FILTER (
          WHERE j.status = 'queued' AND j.run_at <= now())) AS oldest_ready_seconds,
        count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired_leases
 FROM jobs j
@@ -816,11 +818,12 @@ SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
 
 -- name: doctor_jobs
 -- `doctor`: expired leases (no reaper has run), the oldest ready job, and the queues
--- that have queued jobs (to EXPLAIN the claim with).
+-- that have queued jobs (to EXPLAIN the claim with). Ages from creation at the earliest,
+-- as in `stats`.
 SELECT count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
-       extract(epoch FROM now() - min(locked_until) FILTER (
+       extract(epoch FROM now() - min(greatest(locked_until, created_at)) FILTER (
          WHERE status = 'running' AND locked_until < now()))::float8 AS expired_seconds,
-       extract(epoch FROM now() - min(run_at) FILTER (
+       extract(epoch FROM now() - min(greatest(run_at, created_at)) FILTER (
          WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest_ready_seconds,
        coalesce(array_agg(DISTINCT queue) FILTER (WHERE status = 'queued'), '{}') AS queues
 FROM jobs
