@@ -74,7 +74,7 @@ def _strict(constant: str) -> float:
 
 def test_times_of_minus_infinity_from_another_producer_give_ages_json_can_hold(conn, db_url):
     """Another producer's run_at and lease end of '-infinity': the ages run from the
-    jobs' creation at the earliest, and `stats --json` and `doctor --json` stay JSON
+    jobs' creation, and `stats --json` and `doctor --json` stay JSON
     (Python's json would print Infinity, which no other parser reads)."""
     drainer.enqueue(conn, "odd", {})
     drainer.enqueue(conn, "odd", {})

@@ -720,10 +720,11 @@ WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 
 -- name: stats
--- Ages are measured from a job's creation at the earliest: another producer's run_at
--- of '-infinity' (or of years ago) made an infinite age, which JSON cannot hold.
+-- A run_at of '-infinity' (another producer's) counts from the job's creation: an
+-- infinite age is not JSON.
 SELECT j.queue, j.status, count(*) AS jobs,
-       extract(epoch FROM now() - min(greatest(j.run_at, j.created_at)) FILTER (
+       extract(epoch FROM now() - min(CASE WHEN isfinite(j.run_at) THEN j.run_at
+                                           ELSE j.created_at END) FILTER (
          WHERE j.status = 'queued' AND j.run_at <= now())) AS oldest_ready_seconds,
        count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired_leases
 FROM jobs j
@@ -818,12 +819,14 @@ SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
 
 -- name: doctor_jobs
 -- `doctor`: expired leases (no reaper has run), the oldest ready job, and the queues
--- that have queued jobs (to EXPLAIN the claim with). Ages from creation at the earliest,
--- as in `stats`.
+-- that have queued jobs (to EXPLAIN the claim with). A time of '-infinity' counts from
+-- the job's creation, as in `stats`.
 SELECT count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
-       extract(epoch FROM now() - min(greatest(locked_until, created_at)) FILTER (
+       extract(epoch FROM now() - min(CASE WHEN isfinite(locked_until) THEN locked_until
+                                           ELSE created_at END) FILTER (
          WHERE status = 'running' AND locked_until < now()))::float8 AS expired_seconds,
-       extract(epoch FROM now() - min(greatest(run_at, created_at)) FILTER (
+       extract(epoch FROM now() - min(CASE WHEN isfinite(run_at) THEN run_at
+                                           ELSE created_at END) FILTER (
          WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest_ready_seconds,
        coalesce(array_agg(DISTINCT queue) FILTER (WHERE status = 'queued'), '{}') AS queues
 FROM jobs
