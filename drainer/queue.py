@@ -597,14 +597,15 @@ class _RoundTrip:
 
 def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
           write: Write | None = None, trip: _RoundTrip | None = None,
-          ) -> tuple["psycopg.Cursor | None", list[psycopg.Cursor]]:
+          ) -> tuple["psycopg.Cursor | None", list[tuple[Any, ...]]]:
     """Send `write()` (a batch's write-back) and the claims `spec` asks for in one round
     trip that is one transaction (_transaction), in which the locks of queues with
     limits are taken last, after the plain claim, so as to be held the least: when
     anything fails, nothing of it landed. Nothing here reads from the server before the
     end: a read would sync the pipeline midway. The limited queues' jobs come first in
     the batch: they are no more than its free handler slots, so they start at once,
-    never held in the batch behind others."""
+    never held in the batch behind others. Returns the write-back's cursor and the
+    claimed rows."""
     spec = spec or Claim((), 0, timedelta(0))  # nothing to claim
     if spec.limited and not sql.features(conn).limits:  # known: no call per claim
         _require_sync(conn, limits=True)
@@ -619,7 +620,26 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
         plain_cursor = (_claim(conn, plain, {"queues": list(spec.queues)}, spec.lease, now)
                         if plain is not None else None)
         limited_cursor = _limited_claim(conn, spec, now) if spec.limited else None
-    return written, [c for c in (limited_cursor, plain_cursor) if c is not None]
+    with translated():
+        rows = [*(_withheld_read(conn, limited_cursor.fetchall()) if limited_cursor else ()),
+                *(plain_cursor.fetchall() if plain_cursor else ())]
+    return written, rows
+
+
+def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]]
+                   ) -> list[tuple[Any, ...]]:
+    """A limited claim's rows with the payloads its answer left out (claim_payload_bounded:
+    NULL past its first 64 kB) read once it committed, in one more round trip that only
+    big payloads cost (and JSON nulls, read again for nothing)."""
+    left = [row[0] for row in rows if row[2] is None]
+    if not left:
+        return rows
+    cursor = conn.cursor()
+    cursor.adapters.register_loader("jsonb", _PayloadLoader)
+    found: dict[int, object] = dict(sql.run(cursor, "claimed_payloads", {"ids": left}).fetchall())
+    gone = Undecodable("the job's row was deleted before its payload was read")
+    return [row if row[2] is not None else (row[0], row[1], found.get(row[0], gone), *row[3:])
+            for row in rows]
 
 
 def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
@@ -673,9 +693,8 @@ def _transaction(conn: psycopg.Connection, *, limits: bool = False,
         raise
 
 
-def _jobs(cursors: Sequence[psycopg.Cursor]) -> list[Job]:
-    with translated():
-        return [Job(*row) for cursor in cursors for row in cursor.fetchall()]
+def _jobs(rows: Sequence[tuple[Any, ...]]) -> list[Job]:
+    return [Job(*row) for row in rows]
 
 
 def _claim(conn: psycopg.Connection, text: str, params: dict[str, object],
@@ -699,7 +718,8 @@ def limited_sql(given_now: bool = False, grouped: bool = True) -> str:
     leave the rate's window early, letting a later claim take their tokens again."""
     arms = {} if grouped else {"limited_arms": "limited_free"}
     text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
-                       claim_no_starts="claim_starts", **arms)
+                       claim_no_starts="claim_starts", claim_payload="claim_payload_bounded",
+                       **arms)
     return text if given_now else text.replace("coalesce(%(now)s, now())",
                                                "statement_timestamp()")
 

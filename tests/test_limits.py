@@ -2,6 +2,7 @@
 rate; checked from what real drainer processes recorded (tests/tasks/limited.py)."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -615,3 +616,71 @@ def test_a_claim_naming_a_queue_twice_takes_each_job_once(conn):
                        limited=[capped, capped], take=10)
     ids = [j.id for j in jobs]
     assert len(ids) == len(set(ids)) == 6, ids
+
+
+def test_a_paused_drainer_never_holds_a_limits_lock_against_every_other_drainer(conn, db_url):
+    """A drainer paused (SIGSTOP, a GC pause, a sleeping laptop) while its limited
+    claim's answer is on the way: the server wrote the answer before the COMMIT, and
+    with big payloads it blocked, the socket full, while the transaction held the
+    queue's limits lock: every other drainer's claim of that queue waited for as long as
+    the worker was paused (its lease does not help: nothing of it had committed). Now
+    payloads past 64 kB are read after the COMMIT."""
+    conn.execute(RUNS)
+    drainer.enqueue_many(conn, "capped", [{"blob": "x" * 4_000_000}] * 3)
+    me = conn.info.backend_pid
+
+    def advisory_waiter() -> int | None:
+        row = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND wait_event = 'advisory' AND pid <> %s",
+                           (me,)).fetchone()
+        return row and row[0]
+
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('drainer.limit'), "
+                       "hashtext('capped'))")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "drainer", "drain", "--tasks", "limited", "--queue",
+             "capped", "--concurrency", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env(DRAINER_DATABASE_URL=db_url))
+        try:
+            wait_until(advisory_waiter)
+            worker.send_signal(signal.SIGSTOP)
+            holder.commit()  # the paused worker's claim gets the lock now
+            time.sleep(2)
+            with psycopg.connect(db_url, autocommit=True) as other:
+                other.execute("SET lock_timeout = '3s'")
+                try:
+                    queue.claim(other, [], 10, timedelta(minutes=5),
+                                limited=[Limits("capped", concurrency=3)], take=3)
+                    blocked = None
+                except drainer.DrainerError as exc:
+                    blocked = str(exc)
+        finally:
+            worker.send_signal(signal.SIGCONT)
+            worker.communicate(timeout=120)
+    assert blocked is None, blocked
+
+
+def test_a_limited_claim_reads_big_payloads_after_its_commit_whole_and_in_order(
+        conn, monkeypatch):
+    """Payloads past the answer's first 64 kB, and JSON nulls, are read once the claim
+    committed: every job still comes with its own payload, in claim order."""
+    read: list[list[int]] = []
+    run = sql.run
+
+    def spied(target, name, params=None):
+        if name == "claimed_payloads":
+            read.append(params["ids"])
+        return run(target, name, params)
+
+    monkeypatch.setattr(sql, "run", spied)
+    big = {"blob": os.urandom(20_000).hex()}  # 40 kB that compression leaves as it is
+    payloads = [{"n": 0}, big, None, {"n": 3}, {**big, "n": 4}, {"n": 5}]
+    drainer.enqueue_many(conn, "capped", payloads)
+    jobs = queue.claim(conn, [], 10, timedelta(minutes=5),
+                       limited=[Limits("capped", concurrency=10)], take=10)
+    assert [job.payload for job in jobs] == payloads
+    ids = [job.id for job in jobs]
+    # Read after the commit: the JSON null (None, as a payload left out), and all past
+    # the first 64 kB (the second 40 kB one, and the small one after it).
+    assert read == [[ids[2], ids[4], ids[5]]]

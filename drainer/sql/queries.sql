@@ -96,10 +96,33 @@ WITH next AS (:claim_oldest), claimed AS (
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
             (:claim_no_meta) AS meta
 ), started AS (:claim_no_starts)
-SELECT c.id, c.queue, c.payload, c.attempts, c.max_attempts, c.meta
+SELECT c.id, c.queue, (:claim_payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
+
+-- name: claim_payload
+-- (An expression.) `claim`'s payloads, whole; a limited claim's are bounded
+-- (claim_payload_bounded).
+c.payload
+
+-- name: claim_payload_bounded
+-- (An expression.) A limited claim's payloads as long as they come to 64 kB in all,
+-- NULL past that (read once the claim committed: queue._withheld_read). The answer is
+-- sent before the COMMIT, with the queues' limits locks held: one that does not fit in
+-- the socket's buffers, read slowly (a slow link) or not at all (a client paused, by
+-- SIGSTOP, a sleeping laptop), kept every other drainer's claim of those queues waiting.
+-- The size is the stored one where that is small (read from the value's header), else
+-- the text's (a big value is stored compressed).
+CASE WHEN sum(CASE WHEN pg_column_size(c.payload) <= 512 THEN pg_column_size(c.payload)
+                   ELSE octet_length(c.payload::text) END)
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END
+
+-- name: claimed_payloads
+-- The payloads a limited claim's answer left out (claim_payload_bounded), once it
+-- committed: the jobs are the drain's own.
+SELECT id, payload FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: claim_no_meta
 -- `claim`'s meta on a table without the column: none (queue.claim() swaps in claim_meta
