@@ -593,6 +593,7 @@ class _RoundTrip:
     nothing of it landed."""
 
     undone: bool = False
+    committed: bool = False  # it committed (or joined a caller's transaction): all landed
 
 
 def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
@@ -620,10 +621,22 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
         plain_cursor = (_claim(conn, plain, {"queues": list(spec.queues)}, spec.lease, now)
                         if plain is not None else None)
         limited_cursor = _limited_claim(conn, spec, now) if spec.limited else None
+    if trip is not None:
+        trip.committed = True
     with translated():
-        rows = [*(_withheld_read(conn, limited_cursor.fetchall()) if limited_cursor else ()),
-                *(plain_cursor.fetchall() if plain_cursor else ())]
-    return written, rows
+        limited_rows = limited_cursor.fetchall() if limited_cursor else []
+        plain_rows = plain_cursor.fetchall() if plain_cursor else []
+    try:
+        with translated():
+            limited_rows = _withheld_read(conn, limited_rows)
+    except BaseException:
+        # The claim committed, its jobs are ours and will never start: give them back
+        # rather than leave them, their places and an attempt each, to the lease.
+        if _idle(conn):
+            with suppress(BaseException):
+                release(conn, _jobs([*limited_rows, *plain_rows]))
+        raise
+    return written, [*limited_rows, *plain_rows]
 
 
 def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]]
@@ -917,7 +930,7 @@ def settle(
         written, claimed = _send(conn, claim_next, now, _write_back(
             conn, succeeded, failures, unstarted, results, also, now), trip)
     except BaseException as exc:
-        if _idle(conn):
+        if _idle(conn) and not trip.committed:  # committed: it all landed, release too
             landed = not trip.undone and not isinstance(exc, DrainerError)
             with suppress(BaseException):  # the first failure is the one to raise
                 _send(conn, None, now, _write_back(
@@ -1043,8 +1056,8 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     if not limited:
         return plain
     rows = json.dumps([asdict(lim) for lim in limited])
-    with _transaction(conn, limits=True):
-        cursor = sql.run(conn, "due_limited", {"limits": rows, "now": now})
+    with _transaction(conn, limits=True):  # at the first statement's time: one moment
+        cursor = sql.run(conn, "due_limited", {"limits": rows, "now": now or plain.now})
     run_at, lease_end = cursor.fetchall()[0]
     run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)
     first = _earliest(run_at, lease_end)

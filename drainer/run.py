@@ -314,6 +314,7 @@ class _Steps:
         # jobs whose spans its write-backs may end (tracing).
         self.known: dict[queue.Token, queue.Job] = {}
         self.mark = clock.monotonic()  # when the batch, or its last refill, began
+        self.left_out = False  # the last claim left out limited queues (the deadline)
 
     def took(self, job: queue.Job, seconds: float) -> None:
         self.sizer.took(job.queue, seconds)
@@ -333,8 +334,8 @@ class _Steps:
             remaining = self.remaining()
             limited = [lim for lim in limited if self.sizer.may_start(
                 remaining, lim.queue, self.tasks[lim.queue].timeout)]
-            if len(limited) < len(self.limited):
-                self.summary.stopped = "deadline"
+        # Whether they held ready jobs is known at the end (end(): 'deadline' then).
+        self.left_out = len(limited) < len(self.limited)
         return queue.Claim(self.plain, size, self.options.lease, limited,
                            take=min(size, slots))
 
@@ -481,6 +482,9 @@ class _Steps:
                                                  now=clock.database_now()))
         summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
             due.next_due, due.run_at, due.lease_end, due.now)
+        if (self.left_out and summary.stopped == "empty" and due.next_due is not None
+                and due.next_due <= due.now):
+            summary.stopped = "deadline"  # ready jobs left out: the deadline stopped them
 
 
 def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:

@@ -618,15 +618,28 @@ def test_a_claim_naming_a_queue_twice_takes_each_job_once(conn):
     assert len(ids) == len(set(ids)) == 6, ids
 
 
-def test_a_paused_drainer_never_holds_a_limits_lock_against_every_other_drainer(conn, db_url):
+BIG_TEXT = {
+    # 4 MB each, stored compressed (a few kB).
+    "long strings": "SELECT jsonb_build_object('blob', repeat('x', 4000000))",
+    # A number is stored as a numeric and printed digit by digit: another producer's
+    # '1e100000' is a few stored bytes and 100 kB of text (3 MB for 30 of them).
+    "numbers that print long": "SELECT jsonb_agg('1e100000'::jsonb) "
+                               "FROM generate_series(1, 30)",
+}
+
+
+@pytest.mark.parametrize("payload", BIG_TEXT.values(), ids=BIG_TEXT.keys())
+def test_a_paused_drainer_never_holds_a_limits_lock_against_every_other_drainer(
+        conn, db_url, payload):
     """A drainer paused (SIGSTOP, a GC pause, a sleeping laptop) while its limited
     claim's answer is on the way: the server wrote the answer before the COMMIT, and
     with big payloads it blocked, the socket full, while the transaction held the
     queue's limits lock: every other drainer's claim of that queue waited for as long as
     the worker was paused (its lease does not help: nothing of it had committed). Now
-    payloads past 64 kB are read after the COMMIT."""
+    payloads past 64 kB of text are read after the COMMIT."""
     conn.execute(RUNS)
-    drainer.enqueue_many(conn, "capped", [{"blob": "x" * 4_000_000}] * 3)
+    conn.execute(f"INSERT INTO jobs (queue, payload) SELECT 'capped', ({payload}) "
+                 "FROM generate_series(1, 3)")
     me = conn.info.backend_pid
 
     def advisory_waiter() -> int | None:
@@ -684,3 +697,60 @@ def test_a_limited_claim_reads_big_payloads_after_its_commit_whole_and_in_order(
     # Read after the commit: the JSON null (None, as a payload left out), and all past
     # the first 64 kB (the second 40 kB one, and the small one after it).
     assert read == [[ids[2], ids[4], ids[5]]]
+
+
+@pytest.fixture
+def failing_read(conn, db_url, monkeypatch) -> list[queue.Job]:
+    """The read of a limited claim's big payloads, once it committed, fails (a
+    statement timeout behind another session's lock; a cancel does the same), and just
+    before it another drainer claims the queue `plain`: what it took."""
+    conn.execute("SET statement_timeout = '500ms'")
+    other_claim: list[queue.Job] = []
+    run = sql.run
+
+    def at_the_read(target, name, params=None):
+        if name != "claimed_payloads":
+            return run(target, name, params)
+        with psycopg.connect(db_url, autocommit=True) as other:
+            other_claim.extend(queue.claim(other, ["plain"], 1, timedelta(minutes=5)))
+        with psycopg.connect(db_url) as holder:  # e.g. a migration's ALTER TABLE
+            holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+            try:
+                return run(target, name, params)
+            finally:
+                holder.rollback()
+
+    monkeypatch.setattr(sql, "run", at_the_read)
+    return other_claim
+
+
+def test_a_failed_payload_read_after_the_commit_does_not_send_the_release_again(
+        conn, failing_read):
+    """settle() wrote a batch back (job `u` released unstarted) with a limited claim
+    whose big payload is read once the transaction committed, and that read failed.
+    The write-back had landed, but settle took the error for a rolled-back transaction
+    and sent it all again, release included: by then another drainer had claimed `u`
+    (the same token: a release gives its attempt back), and the second release took it
+    from under that drainer's running handler, for a third to run it again."""
+    drainer.enqueue(conn, "capped", {"blob": "x" * 100_000})
+    drainer.enqueue(conn, "plain", {"n": 1})
+    [u] = queue.claim(conn, ["plain"], 1, timedelta(minutes=5))
+    with pytest.raises(drainer.DrainerError):
+        queue.settle(conn, [], (), [u], claim_next=queue.Claim(
+            [], 10, timedelta(minutes=5), [Limits("capped", concurrency=3)], take=3))
+    assert [j.token for j in failing_read] == [u.token]  # the other drainer holds u
+    assert conn.execute("SELECT status, attempts FROM jobs WHERE id = %s",
+                        (u.id,)).fetchone() == ("running", u.attempts)
+
+
+def test_jobs_whose_payload_read_failed_after_the_commit_are_given_back(conn, failing_read):
+    """The same failed read in queue.claim(): the claim committed, the caller gets an
+    error and no job, and the jobs stayed 'running', an attempt spent, holding their
+    limit's places until their lease ran out (with max_attempts=1, failed for good by
+    the reaper, never run). They are given back."""
+    drainer.enqueue(conn, "capped", {"blob": "x" * 100_000}, max_attempts=1)
+    with pytest.raises(drainer.DrainerError):
+        queue.claim(conn, [], 10, timedelta(minutes=5),
+                    limited=[Limits("capped", concurrency=3)], take=3)
+    assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("queued", 0)]
+

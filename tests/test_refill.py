@@ -491,3 +491,20 @@ def test_a_groups_next_job_does_not_wait_for_another_groups_slow_job(conn):
     summary = drain(conn, {"fifo1": task}, Options(queues=["fifo1"], concurrency=4))
     assert summary.done == 4
     assert starts["Y"] - ends["X"] < 1.0, starts["Y"] - ends["X"]
+
+
+def test_a_drain_with_nothing_ready_near_its_deadline_says_empty(conn):
+    """A limited queue whose task's timeout is longer than the time left is left out of
+    the claim; the drain said 'deadline' whether or not that queue held a ready job
+    (here none exists at all), and an always-on worker stops at anything but 'empty'."""
+    task = drainer.Task(lambda job: None, "lim", concurrency=2, timeout=60)
+    summary = drain(conn, {"lim": task, "plain": lambda job: None},
+                    Options(queues=["plain", "lim"], concurrency=2,
+                            deadline=clock.monotonic() + 30))
+    assert summary.stopped == "empty", summary
+    drainer.enqueue(conn, "lim", {})
+    summary = drain(conn, {"lim": task, "plain": lambda job: None},
+                    Options(queues=["plain", "lim"], concurrency=2,
+                            deadline=clock.monotonic() + 30))
+    assert (summary.stopped, summary.claimed) == ("deadline", 0), summary
+

@@ -91,3 +91,16 @@ def test_times_of_minus_infinity_from_another_producer_give_ages_json_can_hold(c
     [expired] = [f for f in found["findings"] if f["check"] == "expired_leases"]
     seconds = re.search(r"the oldest (\d+)s ago", expired["summary"])
     assert seconds and 7200 <= int(seconds[1]) < 7300, expired["summary"]
+
+
+def test_a_creation_time_of_minus_infinity_gives_an_age_json_can_hold(conn, db_url):
+    """A producer that writes '-infinity' for "as early as can be" may write it in
+    created_at too: the age of such a job runs from now."""
+    drainer.enqueue(conn, "odd", {})
+    conn.execute("UPDATE jobs SET run_at = '-infinity', created_at = '-infinity'")
+    stats = json.loads(run_cli("stats", "--json", "--database-url", db_url).stdout,
+                       parse_constant=_strict)
+    assert [q["oldest_ready_seconds"] for q in stats["queues"]] == [0.0]
+    doctor = run_cli("doctor", "--json", "--database-url", db_url)
+    json.loads(doctor.stdout, parse_constant=_strict)
+

@@ -140,3 +140,34 @@ def test_notifications_carry_the_queue_arrive_at_commit_and_merge(conn, db_url):
             assert list(listener.notifies(timeout=0.5)) == []  # nothing before the commit
         got = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
     assert got == ["mail", "sms"]  # identical notifications of one transaction merge
+
+
+def test_an_always_on_worker_keeps_draining_plain_queues_near_its_deadline(conn, db_url):
+    """`work` with --max-runtime and a limited queue whose task's timeout (60 s) is
+    longer than the time left: its first drain said 'deadline' (the queue left out of
+    the claim) though nothing was ready, work() returned at once, and a plain job
+    enqueued a moment later waited for the next process."""
+    import threading
+
+    from drainer import clock, worker
+    task = drainer.Task(lambda job: None, "lim", concurrency=2, timeout=60)
+    done, stop = threading.Event(), threading.Event()
+
+    def opener() -> psycopg.Connection:
+        return psycopg.connect(db_url, autocommit=True)
+
+    thread = threading.Thread(target=lambda: worker.work(
+        opener, opener, {"lim": task, "plain": lambda job: done.set()},
+        drainer.Options(queues=["plain", "lim"], concurrency=2,
+                        deadline=clock.monotonic() + 20),
+        poll_interval=1, stop=stop))
+    thread.start()
+    try:
+        time.sleep(1.5)
+        drainer.enqueue(conn, "plain", {})
+        ran = done.wait(5)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert ran
+

@@ -112,10 +112,10 @@ c.payload
 -- sent before the COMMIT, with the queues' limits locks held: one that does not fit in
 -- the socket's buffers, read slowly (a slow link) or not at all (a client paused, by
 -- SIGSTOP, a sleeping laptop), kept every other drainer's claim of those queues waiting.
--- The size is the stored one where that is small (read from the value's header), else
--- the text's (a big value is stored compressed).
-CASE WHEN sum(CASE WHEN pg_column_size(c.payload) <= 512 THEN pg_column_size(c.payload)
-                   ELSE octet_length(c.payload::text) END)
+-- The size is the text's, whatever the stored one: a big value is stored compressed,
+-- and a small one may print far larger (a number is a numeric, '1e100000' a few stored
+-- bytes and 100 kB of text).
+CASE WHEN sum(octet_length(c.payload::text))
        OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
      THEN c.payload END
 
@@ -747,7 +747,8 @@ RETURNING id;
 -- infinite age is not JSON.
 SELECT j.queue, j.status, count(*) AS jobs,
        extract(epoch FROM now() - min(CASE WHEN isfinite(j.run_at) THEN j.run_at
-                                           ELSE j.created_at END) FILTER (
+                                           WHEN isfinite(j.created_at) THEN j.created_at
+                                           ELSE now() END) FILTER (
          WHERE j.status = 'queued' AND j.run_at <= now())) AS oldest_ready_seconds,
        count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired_leases
 FROM jobs j
@@ -846,10 +847,12 @@ SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
 -- the job's creation, as in `stats`.
 SELECT count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
        extract(epoch FROM now() - min(CASE WHEN isfinite(locked_until) THEN locked_until
-                                           ELSE created_at END) FILTER (
+                                           WHEN isfinite(created_at) THEN created_at
+                                           ELSE now() END) FILTER (
          WHERE status = 'running' AND locked_until < now()))::float8 AS expired_seconds,
        extract(epoch FROM now() - min(CASE WHEN isfinite(run_at) THEN run_at
-                                           ELSE created_at END) FILTER (
+                                           WHEN isfinite(created_at) THEN created_at
+                                           ELSE now() END) FILTER (
          WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest_ready_seconds,
        coalesce(array_agg(DISTINCT queue) FILTER (WHERE status = 'queued'), '{}') AS queues
 FROM jobs
