@@ -626,33 +626,38 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     with translated():
         limited_rows = limited_cursor.fetchall() if limited_cursor else []
         plain_rows = plain_cursor.fetchall() if plain_cursor else []
-    try:
-        with translated():
-            limited_rows = _withheld_read(conn, limited_rows)
-    except BaseException:
-        # The claim committed, its jobs are ours and will never start: give them back
-        # rather than leave them, their places and an attempt each, to the lease.
-        if _idle(conn):
-            with suppress(BaseException):
-                release(conn, _jobs([*limited_rows, *plain_rows]))
-        raise
-    return written, [*limited_rows, *plain_rows]
+    return written, [*_withheld_read(conn, limited_rows, plain_rows), *plain_rows]
 
 
-def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]]
-                   ) -> list[tuple[Any, ...]]:
+def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]],
+                   others: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """A limited claim's rows with the payloads its answer left out (claim_payload_bounded:
     NULL past its first 64 kB) read once it committed, in one more round trip that only
-    big payloads cost (and JSON nulls, read again for nothing)."""
+    big payloads cost (and JSON nulls, read again for nothing). When that read fails,
+    the round trip's claimed jobs (`others` too), ours and never to start, are given
+    back rather than left, their places and an attempt each, to their lease."""
     left = [row[0] for row in rows if row[2] is None]
     if not left:
         return rows
-    cursor = conn.cursor()
-    cursor.adapters.register_loader("jsonb", _PayloadLoader)
-    found: dict[int, object] = dict(sql.run(cursor, "claimed_payloads", {"ids": left}).fetchall())
+    try:
+        found = _payloads(conn, left)
+    except BaseException:
+        if _idle(conn):
+            with suppress(BaseException):
+                release(conn, _jobs([*rows, *others]))
+        raise
     gone = Undecodable("the job's row was deleted before its payload was read")
     return [row if row[2] is not None else (row[0], row[1], found.get(row[0], gone), *row[3:])
             for row in rows]
+
+
+def _payloads(conn: psycopg.Connection, ids: list[int]) -> dict[int, object]:
+    """{id: payload} of claimed jobs, loaded as a claim's are (one bad payload is
+    Undecodable, in the connection's encoding)."""
+    cursor = conn.cursor()
+    cursor.adapters.register_loader("jsonb", _PayloadLoader)
+    with translated():
+        return dict(sql.run(cursor, "claimed_payloads", {"ids": ids}).fetchall())
 
 
 def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
