@@ -188,6 +188,9 @@ class Link:
                 if self.reopen is None or not (self.conn.broken or self.conn.closed):
                     raise
                 lost = exc
+            # A claim that committed before the session dropped, its jobs never to start
+            # (queue._withheld_read): given back on the new session, guarded by token.
+            unreleased = list(getattr(lost, "unreleased", ()))
             for pause in RECONNECTS:
                 clock.sleep(pause)
                 log.warning("database connection lost (%s); sending again on a new one",
@@ -195,6 +198,9 @@ class Link:
                 try:
                     self.conn = self.reopen()
                     self.opened.append(self.conn)
+                    if unreleased:
+                        queue.release(self.conn, unreleased)
+                        unreleased = []
                     return (again or first)(self.conn)
                 except DatabaseUnavailable as exc:
                     lost = exc
@@ -314,7 +320,7 @@ class _Steps:
         # jobs whose spans its write-backs may end (tracing).
         self.known: dict[queue.Token, queue.Job] = {}
         self.mark = clock.monotonic()  # when the batch, or its last refill, began
-        self.left_out = False  # the last claim left out limited queues (the deadline)
+        self.left_out: list[Limits] = []  # limited queues the last claim left out
 
     def took(self, job: queue.Job, seconds: float) -> None:
         self.sizer.took(job.queue, seconds)
@@ -335,7 +341,7 @@ class _Steps:
             limited = [lim for lim in limited if self.sizer.may_start(
                 remaining, lim.queue, self.tasks[lim.queue].timeout)]
         # Whether they held ready jobs is known at the end (end(): 'deadline' then).
-        self.left_out = len(limited) < len(self.limited)
+        self.left_out = [lim for lim in self.limited if lim not in limited]
         return queue.Claim(self.plain, size, self.options.lease, limited,
                            take=min(size, slots))
 
@@ -482,9 +488,15 @@ class _Steps:
                                                  now=clock.database_now()))
         summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
             due.next_due, due.run_at, due.lease_end, due.now)
-        if (self.left_out and summary.stopped == "empty" and due.next_due is not None
-                and due.next_due <= due.now):
-            summary.stopped = "deadline"  # ready jobs left out: the deadline stopped them
+        if self.left_out and summary.stopped == "empty" and due.next_due is not None \
+                and due.next_due <= due.now:
+            # Something is due now, but is it a left-out queue's job that may start?
+            # Not a plain queue's (an expired lease to reap, a job enqueued since the
+            # last claim), nor a running job's lease end of a left-out queue.
+            left = self.link.send(lambda c: queue.due(c, [], limited=self.left_out,
+                                                      now=clock.database_now()))
+            if left.run_at is not None and left.run_at <= left.now:
+                summary.stopped = "deadline"  # ready jobs left out: the deadline stopped them
 
 
 def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:

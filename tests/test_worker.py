@@ -7,14 +7,18 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
 import drainer
+from drainer import clock, queue
+from drainer.worker import work
 from tests.helpers import clean_env, count, listeners, wait_until
 
 LISTEN_ROLE = "drainer_listener"  # not a superuser, so a connection limit applies to it
@@ -147,16 +151,13 @@ def test_an_always_on_worker_keeps_draining_plain_queues_near_its_deadline(conn,
     longer than the time left: its first drain said 'deadline' (the queue left out of
     the claim) though nothing was ready, work() returned at once, and a plain job
     enqueued a moment later waited for the next process."""
-    import threading
-
-    from drainer import clock, worker
     task = drainer.Task(lambda job: None, "lim", concurrency=2, timeout=60)
     done, stop = threading.Event(), threading.Event()
 
     def opener() -> psycopg.Connection:
         return psycopg.connect(db_url, autocommit=True)
 
-    thread = threading.Thread(target=lambda: worker.work(
+    thread = threading.Thread(target=lambda: work(
         opener, opener, {"lim": task, "plain": lambda job: done.set()},
         drainer.Options(queues=["plain", "lim"], concurrency=2,
                         deadline=clock.monotonic() + 20),
@@ -171,3 +172,46 @@ def test_an_always_on_worker_keeps_draining_plain_queues_near_its_deadline(conn,
         thread.join(30)
     assert ran
 
+
+def test_an_always_on_worker_near_its_deadline_reaps_a_lease_that_expired_mid_drain(
+        conn, db_url):
+    """`work` near its deadline (a limited queue whose task's timeout, 60 s, is longer
+    than the time left, is left out of every claim; it has no job at all). A dead
+    drainer's plain job's lease expires while the worker's drain runs another job: the
+    drain's end saw next_due = now (that expired lease, a plain queue's) and said
+    'deadline', as if the left-out queue had a ready job, and work() returned at once:
+    the reapable job waits for the next process. 'empty' would drain again, reap it
+    and run it."""
+    ran: list[str] = []
+    drainer.enqueue(conn, "plain", {"who": "orphan"})
+    with psycopg.connect(db_url, autocommit=True) as dead:  # claims, then dies
+        [orphan] = queue.claim(dead, ["plain"], 1, timedelta(seconds=1))
+    drainer.enqueue(conn, "plain", {"who": "slow"})
+
+    def plain(job):
+        ran.append(job.payload["who"])
+        if job.payload["who"] == "slow":
+            time.sleep(1.5)  # the orphan's lease ends meanwhile
+
+    task = drainer.Task(lambda job: None, "lim", concurrency=2, timeout=60)
+    stop = threading.Event()
+
+    def opener() -> psycopg.Connection:
+        return psycopg.connect(db_url, autocommit=True)
+
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(work(
+        opener, opener, {"lim": task, "plain": plain},
+        drainer.Options(queues=["plain", "lim"], concurrency=2, deadline=clock.monotonic() + 25),
+        poll_interval=1, stop=stop)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 8
+        while "orphan" not in ran and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert "orphan" in ran, (ran, out, conn.execute(
+        "SELECT status, attempts, locked_until < now() FROM jobs WHERE id = %s",
+        (orphan.id,)).fetchone())

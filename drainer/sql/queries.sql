@@ -346,7 +346,8 @@ SELECT min(CASE WHEN NOT s.full AND CASE
                   END
                 THEN greatest(s.now, s.token)
                 WHEN s.later IS NOT NULL THEN greatest(s.later, s.token) END),
-       min(s.leased)
+       -- before year 2 ('-infinity' too, another producer's): now, as in next_due
+       min(CASE WHEN s.leased < '0002-01-01' THEN s.now ELSE s.leased END)
 FROM s;
 
 -- name: queues
