@@ -5,7 +5,7 @@ what the CLI returns for it (the README's exit codes).
 """
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -17,9 +17,6 @@ class DrainerError(Exception):
 
     exit_code = 1
     summary: dict[str, object] | None = None  # the summary JSON of the work done before it
-    # Claimed jobs (queue.Job) a dropped session left leased to this drain, never to
-    # start: the next session gives them back (run.Link).
-    unreleased: Sequence[object] = ()
 
 
 class ConfigError(DrainerError):

@@ -614,8 +614,6 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     # A plain claim alone is one statement, sent as it is. (After a pipeline, the
     # server's idle_session_timeout is not armed: psycopg's Flush after the sync
     # disarms it.)
-    # Our own transaction (not a caller's): once it committed, its claims are ours.
-    own = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
     frame = (_transaction(conn, limits=bool(spec.limited), trip=trip)
              if spec.limited or write is not None else nullcontext())
     with frame:
@@ -628,11 +626,11 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     with translated():
         limited_rows = limited_cursor.fetchall() if limited_cursor else []
         plain_rows = plain_cursor.fetchall() if plain_cursor else []
-    return written, [*_withheld_read(conn, limited_rows, plain_rows, own), *plain_rows]
+    return written, [*_withheld_read(conn, limited_rows, plain_rows), *plain_rows]
 
 
 def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]],
-                   others: list[tuple[Any, ...]], own: bool = True) -> list[tuple[Any, ...]]:
+                   others: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """A limited claim's rows with the payloads its answer left out (claim_payload_bounded:
     NULL past its first 64 kB) read once it committed, in one more round trip that only
     big payloads cost (and JSON nulls, read again for nothing). When that read fails,
@@ -643,15 +641,10 @@ def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]],
         return rows
     try:
         found = _payloads(conn, left)
-    except BaseException as exc:
-        jobs = _jobs([*rows, *others])
-        if _idle(conn):
+    except BaseException:
+        if _idle(conn):  # not after a drop, as for any claim whose answer it cut
             with suppress(BaseException):
-                release(conn, jobs)
-        elif own and conn.broken and isinstance(exc, DrainerError):
-            # Committed and leased, ours by their tokens: the next session gives them
-            # back (run.Link), or they hold their places, an attempt each, to their lease.
-            exc.unreleased = jobs
+                release(conn, _jobs([*rows, *others]))
         raise
     gone = Undecodable("the job's row was deleted before its payload was read")
     return [row if row[2] is not None else (row[0], row[1], found.get(row[0], gone), *row[3:])

@@ -188,9 +188,6 @@ class Link:
                 if self.reopen is None or not (self.conn.broken or self.conn.closed):
                     raise
                 lost = exc
-            # A claim that committed before the session dropped, its jobs never to start
-            # (queue._withheld_read): given back on the new session, guarded by token.
-            unreleased = list(getattr(lost, "unreleased", ()))
             for pause in RECONNECTS:
                 clock.sleep(pause)
                 log.warning("database connection lost (%s); sending again on a new one",
@@ -198,9 +195,6 @@ class Link:
                 try:
                     self.conn = self.reopen()
                     self.opened.append(self.conn)
-                    if unreleased:
-                        queue.release(self.conn, unreleased)
-                        unreleased = []
                     return (again or first)(self.conn)
                 except DatabaseUnavailable as exc:
                     lost = exc

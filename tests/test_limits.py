@@ -755,40 +755,6 @@ def test_jobs_whose_payload_read_failed_after_the_commit_are_given_back(conn, fa
     assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("queued", 0)]
 
 
-def test_a_dropped_session_at_the_payload_read_does_not_strand_the_claimed_jobs(
-        conn, db_url, monkeypatch):
-    """The session drops (a restart, a pooler's timeout, a network cut) during the read
-    of a limited claim's big payloads, after the claim committed. The drain reconnects
-    and claims again, but the first claim's jobs, known by their tokens and ours (their
-    lease runs), stay 'running': they hold the limit's places until their lease ends,
-    and one with max_attempts=1 is failed for good by the reaper without ever running.
-    The same failed read on a live session gives them back (_withheld_read)."""
-    drainer.enqueue(conn, "capped", {"blob": "x" * 100_000}, max_attempts=1)
-    run = sql.run
-    dropped = []
-
-    def at_the_read(target, name, params=None):
-        if name == "claimed_payloads" and not dropped:
-            pid = target.connection.info.backend_pid  # the read's cursor
-            with psycopg.connect(db_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            dropped.append(pid)
-        return run(target, name, params)
-
-    monkeypatch.setattr(sql, "run", at_the_read)
-    ran = []
-    task = drainer.Task(lambda job: ran.append(job.id), "capped", concurrency=3)
-    own = psycopg.connect(db_url, autocommit=True)
-    try:
-        summary = drainer.drain(own, {"capped": task}, drainer.Options(queues=["capped"]),
-                        reopen=lambda: psycopg.connect(db_url, autocommit=True))
-    finally:
-        own.close()
-    assert dropped
-    state = conn.execute("SELECT status, attempts FROM jobs").fetchall()
-    assert len(ran) == 1 and state == [("done", 1)], (ran, state, summary)
-
-
 def test_a_limited_queues_lease_end_of_minus_infinity_does_not_break_next_due(conn):
     """Another producer's lease end of '-infinity' (as the stats commit allows):
     next_due clamps it to now, but due_limited's lease end went to Python as is, and
