@@ -436,7 +436,8 @@ class _Steps:
         handlers or more. A smaller one is written back between batches, as a claim
         while its few handlers run would hold the next jobs' leases for no gain. A
         drain with limited queues, whose claims never take more jobs than free slots,
-        is refilled as long as its claims take any: each refill waits for a quarter of
+        is refilled once its claim took any, even by refills that take none (the next
+        then waits for a result to write back, Batch): each refill waits for a quarter of
         the slots to be free (Batch's refill_at), so the slots do not wait for the
         batch's slowest job, whatever the time per job seen so far: once the refills of
         fast jobs are quick, that time says nothing of a slow one holding a slot. No
