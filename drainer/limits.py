@@ -8,7 +8,8 @@ Queues without limits keep the plain claim, and pay nothing for this.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import TypedDict
 
 import psycopg
@@ -40,9 +41,13 @@ class Limits:
 
     def row(self, take: int) -> dict[str, object]:
         """This queue's object in a limited claim's `limits` JSON."""
-        return {"queue": self.queue, "concurrency": self.concurrency,
-                "per_group": self.per_group, "rate": self.rate,
-                "per_seconds": self.per_seconds, "take": take}
+        return {**self.fields, "take": take}
+
+    @cached_property
+    def fields(self) -> dict[str, object]:
+        """The limits as a JSON object's fields, made once (asdict copies deeply: 6 µs
+        at every claim)."""
+        return asdict(self)
 
 
 def limits(queue: str, concurrency: int | None, per_group: int | None,

@@ -11,7 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict, Unpack, overload
@@ -654,10 +654,8 @@ def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]],
 def _payloads(conn: psycopg.Connection, ids: list[int]) -> dict[int, object]:
     """{id: payload} of claimed jobs, loaded as a claim's are (one bad payload is
     Undecodable, in the connection's encoding)."""
-    cursor = conn.cursor()
-    cursor.adapters.register_loader("jsonb", _PayloadLoader)
     with translated():
-        return dict(sql.run(cursor, "claimed_payloads", {"ids": ids}).fetchall())
+        return dict(sql.run(_payload_cursor(conn), "claimed_payloads", {"ids": ids}).fetchall())
 
 
 def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
@@ -717,11 +715,16 @@ def _jobs(rows: Sequence[tuple[Any, ...]]) -> list[Job]:
 
 def _claim(conn: psycopg.Connection, text: str, params: dict[str, object],
            lease: timedelta, now: datetime | None = None) -> psycopg.Cursor:
+    return sql.execute(_payload_cursor(conn), text, {**params, "lease": lease, "now": now})
+
+
+def _payload_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
+    """A cursor for claimed rows: they are claimed once the statement commits, so one
+    payload that fails to load must not lose the whole batch (nor crash every later
+    drain): it loads as Undecodable."""
     cursor = conn.cursor()
-    # The rows are claimed once the statement commits: one payload that fails to
-    # load must not lose the whole batch (nor crash every later drain).
     cursor.adapters.register_loader("jsonb", _PayloadLoader)
-    return sql.execute(cursor, text, {**params, "lease": lease, "now": now})
+    return cursor
 
 
 @lru_cache(maxsize=8)
@@ -1060,7 +1063,7 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     plain = Due(*sql.rows(conn, "next_due", {"queues": list(queues), "now": now})[0])
     if not limited:
         return plain
-    rows = json.dumps([asdict(lim) for lim in limited])
+    rows = json.dumps([lim.fields for lim in limited])
     with _transaction(conn, limits=True):  # at the first statement's time: one moment
         cursor = sql.run(conn, "due_limited", {"limits": rows, "now": now or plain.now})
     run_at, lease_end = cursor.fetchall()[0]
@@ -1116,7 +1119,7 @@ def record_limits(conn: psycopg.Connection, limited: Sequence[Limits],
     """Write the limits in force for `stats` and `doctor` (where they changed), and
     forget those of `unlimited` queues."""
     _require_sync(conn, limits=True)
-    sql.run(conn, "limits_record", {"limits": json.dumps([asdict(lim) for lim in limited]),
+    sql.run(conn, "limits_record", {"limits": json.dumps([lim.fields for lim in limited]),
                                     "unlimited": list(unlimited)})
 
 
