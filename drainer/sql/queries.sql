@@ -743,16 +743,21 @@ SET status = 'failed', last_error = 'cancelled', locked_until = NULL, run_at = n
 WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 
+-- name: age_since
+-- (A lateral subquery.) The time job j's age counts from in `stats` and `doctor`: its
+-- time a.at, or, when that is infinite (another producer's '-infinity': an infinite
+-- age is not JSON), its creation, or now.
+SELECT CASE WHEN isfinite(a.at) THEN a.at WHEN isfinite(j.created_at) THEN j.created_at
+            ELSE now() END;
+
 -- name: stats
--- A run_at of '-infinity' (another producer's) counts from the job's creation: an
--- infinite age is not JSON.
 SELECT j.queue, j.status, count(*) AS jobs,
-       extract(epoch FROM now() - min(CASE WHEN isfinite(j.run_at) THEN j.run_at
-                                           WHEN isfinite(j.created_at) THEN j.created_at
-                                           ELSE now() END) FILTER (
+       extract(epoch FROM now() - min(s.since) FILTER (
          WHERE j.status = 'queued' AND j.run_at <= now())) AS oldest_ready_seconds,
        count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired_leases
 FROM jobs j
+CROSS JOIN LATERAL (SELECT j.run_at) AS a(at)
+CROSS JOIN LATERAL (:age_since) AS s(since)
 GROUP BY j.queue, j.status
 ORDER BY j.queue, j.status;
 
@@ -844,20 +849,19 @@ SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
 
 -- name: doctor_jobs
 -- `doctor`: expired leases (no reaper has run), the oldest ready job, and the queues
--- that have queued jobs (to EXPLAIN the claim with). A time of '-infinity' counts from
--- the job's creation, as in `stats`.
-SELECT count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
-       extract(epoch FROM now() - min(CASE WHEN isfinite(locked_until) THEN locked_until
-                                           WHEN isfinite(created_at) THEN created_at
-                                           ELSE now() END) FILTER (
-         WHERE status = 'running' AND locked_until < now()))::float8 AS expired_seconds,
-       extract(epoch FROM now() - min(CASE WHEN isfinite(run_at) THEN run_at
-                                           WHEN isfinite(created_at) THEN created_at
-                                           ELSE now() END) FILTER (
-         WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest_ready_seconds,
-       coalesce(array_agg(DISTINCT queue) FILTER (WHERE status = 'queued'), '{}') AS queues
-FROM jobs
-WHERE status IN ('queued', 'running');
+-- that have queued jobs (to EXPLAIN the claim with). A running job's age counts from
+-- its lease's end, a queued one's from its run_at.
+SELECT count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired,
+       extract(epoch FROM now() - min(s.since) FILTER (
+         WHERE j.status = 'running' AND j.locked_until < now()))::float8 AS expired_seconds,
+       extract(epoch FROM now() - min(s.since) FILTER (
+         WHERE j.status = 'queued' AND j.run_at <= now()))::float8 AS oldest_ready_seconds,
+       coalesce(array_agg(DISTINCT j.queue) FILTER (WHERE j.status = 'queued'), '{}') AS queues
+FROM jobs j
+CROSS JOIN LATERAL (SELECT CASE WHEN j.status = 'running' THEN j.locked_until
+                                ELSE j.run_at END) AS a(at)
+CROSS JOIN LATERAL (:age_since) AS s(since)
+WHERE j.status IN ('queued', 'running');
 
 -- name: doctor_ready_index
 -- Whether a ready index (jobs_ready_idx, jobs_priority_idx) exists and is valid (NULL:
