@@ -289,8 +289,7 @@ class Batch:
         self.refilled = clock.event()  # clear while a refill's round trip is out
         self.refilled.set()
         self.failure: BaseException | None = None  # a refill's error
-        self.landings = 0  # refills whose jobs joined the batch (see _heartbeat)
-        self.landed = 0  # jobs refills brought
+        self.landings = 0  # refills that brought jobs (see _heartbeat, _refill)
         # The last refill brought no job: the next one waits for a result to write back
         # (else it would be sent again at once, for nothing, while slots are free).
         self.idle_refill = False
@@ -593,7 +592,7 @@ class Batch:
         on with heartbeats, timeouts and the stop, and opens slots for what comes."""
         more = False
         with self.lock:
-            before = self.landed
+            before = self.landings
         try:
             more = refill(part, functools.partial(self._land, clock.monotonic()), free)
         except BaseException as exc:  # noqa: BLE001 - run() ends the batch, the caller raises
@@ -604,7 +603,7 @@ class Batch:
                 # The jobs taken while it was out (its own among them) asked for none: as
                 # the last of them would have, ask for the next once its last rounds run.
                 self.refill_asked = more and self._last_rounds()
-                self.idle_refill = more and self.landed == before
+                self.idle_refill = more and self.landings == before
                 if not more:
                     self.refill = None
             self.refilled.set()
@@ -614,10 +613,11 @@ class Batch:
         """A refill's claimed jobs join the batch. Their leases were confirmed when the
         claim was sent, not at a later heartbeat that did not carry them: the batch's
         confirmation goes back to then if it is later."""
+        if not jobs:
+            return
         with self.lock:
             self.pending.extend(jobs)
             self.landings += 1
-            self.landed += len(jobs)
             if sent < self.confirmed:
                 self.confirmed_wall -= self.confirmed - sent
                 self.confirmed = sent
