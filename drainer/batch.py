@@ -199,6 +199,8 @@ class Outcome:
     unstarted: list[Job] = field(default_factory=list)
     # Claims (Job.token) found taken over, never recorded above.
     lost: set[Token] = field(default_factory=set)
+    # Those of them whose handler has ended since, or never began (see run._ended_lost).
+    ended_lost: list[Job] = field(default_factory=list)
     abandoned: list[Job] = field(default_factory=list)  # still running at the bound
     tracebacks: dict[Token, str] = field(default_factory=dict)  # failed claim -> trace()
 
@@ -361,6 +363,7 @@ class Batch:
             if self.took:
                 self.took(job, clock.monotonic() - began)
             if job.token in self.lost:
+                self.outcome.ended_lost.append(job)
                 return True  # no longer ours: its result must change nothing
             setback, kept, traced = ended
             if setback is None:
@@ -542,6 +545,7 @@ class Batch:
             found = (gone & (self.running.keys() | {j.token for j in self.pending})) - self.lost
             self.lost |= found
             self.outcome.lost |= found
+            self.outcome.ended_lost += (j for j in self.pending if j.token in gone)
             self.pending = deque(j for j in self.pending if j.token not in gone)
             if self.landings == landings:  # else jobs it did not carry joined meanwhile
                 self.confirmed, self.confirmed_wall = sent, sent_wall

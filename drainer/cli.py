@@ -48,8 +48,9 @@ COMMANDS = {
     "requeue": "failed jobs (of a queue, or by id) back to queued with a fresh budget of "
                "attempts; a queue's requeue leaves cancelled jobs alone",
     "cancel": "withdraw queued or running jobs by id (status failed, last_error "
-              "'cancelled'); a running handler's result is then ignored, and its "
-              "job.cancelled is set at its drain's next heartbeat",
+              "'cancelled'); a running handler's result is then ignored, its "
+              "job.cancelled is set at its drain's next heartbeat, and the job keeps "
+              "its limits' places until the handler ends (or its lease does)",
     "failed": "failed jobs, newest first, one line each: id, queue, attempts, created, last "
               "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
     "show": "one job whole, from jobs or the archive: every column, the payload "

@@ -112,6 +112,8 @@ def describe(fill: Fill) -> str:
     if fill["per_group"] is not None:
         parts.append(f"{fill['per_group']} per group")
     if fill["rate"] is not None:
-        parts.append(f"rate {fill['started']}/{fill['rate']} per {fill['per_seconds']:g} s")
+        per = fill["per_seconds"]  # None: a row edited by hand
+        parts.append(f"rate {fill['started']}/{fill['rate']} per "
+                     f"{'?' if per is None else format(per, 'g')} s")
     return (f"{fill['queue']}: {', '.join(parts)}; {fill['ready']} ready, "
             f"{fill['held']} held back")

@@ -829,6 +829,15 @@ def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
     return {job_id for job_id, _ in settle(conn, (), (), jobs).released}
 
 
+def let_go(conn: psycopg.Connection, jobs: Sequence[Job], *,
+           now: datetime | None = None) -> int:
+    """Free the places under their limits of claims cancelled while running, once their
+    handler is known to have ended (or never began): `cancel` holds them until the
+    claim's lease ends, since the handler may run on. How many it freed. Guarded by
+    the claims' tokens: safe to send again, and no later claim of a job is touched."""
+    return sql.run(conn, "let_go", {**_pairs(jobs), "now": now}).rowcount
+
+
 def extend(
     conn: psycopg.Connection,
     jobs: Sequence[Job],
@@ -1150,7 +1159,9 @@ def requeue(
 ) -> Requeued:
     """Failed jobs of `queue` (cancelled ones left alone), or with these ids, back to
     queued with a fresh budget: max_attempts rises, attempts is never lowered (it is
-    the ownership token of every claim). A job whose key is held stays failed (`held`).
+    the ownership token of every claim). A job cancelled while running comes back at
+    its lease's end, unless its worker saw its handler end. A job whose key is held
+    stays failed (`held`).
     A new holder committed meanwhile makes the update fail on the unique index: it is
     undone to a savepoint, and the jobs looked at again."""
     params: dict[str, object] = {"queue": queue, "ids": list(ids)}
@@ -1171,5 +1182,6 @@ def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
     """Withdraw queued or running jobs: status failed, last_error 'cancelled'; returns
     those withdrawn. A running job's handler is not stopped, but whatever its worker
     writes afterwards changes nothing, and its `job.cancelled` is set at the worker's
-    next heartbeat."""
+    next heartbeat; the job keeps its limits' places until the worker sees the handler
+    end (let_go) or the claim's lease ends."""
     return sorted(row[0] for row in sql.rows(conn, "cancel", {"ids": list(ids)}))

@@ -465,6 +465,9 @@ class _Steps:
         if land is not None:
             land(settled.claimed)
         _record(settled, outcome, self.summary)
+        ended = _ended_lost(settled, outcome)
+        if ended:  # rare: only jobs cancelled, or taken over, while ours
+            self.link.send(lambda c: queue.let_go(c, ended, now=clock.database_now()))
         _log_failures(settled, outcome)
         if self.spans is not None:
             self.spans.batch(jobs, settled, outcome)
@@ -589,6 +592,18 @@ def _record(settled: queue.Settled, outcome: Outcome, summary: Summary) -> None:
     summary.failed += sum(1 for s in statuses if s == "failed")
     summary.retried += sum(1 for s in statuses if s == "queued")
     summary.lost += len(lost)
+
+
+def _ended_lost(settled: queue.Settled, outcome: Outcome) -> list[queue.Job]:
+    """The batch's claims no longer ours whose handler has ended, or never began: those
+    the heartbeat found taken over, and those whose guarded write-back changed nothing.
+    A job cancelled while running holds its limits' places until then (queue.let_go)."""
+    if (len(settled.done) + len(settled.failed) + len(settled.released)
+            == len(outcome.succeeded) + len(outcome.failed) + len(outcome.unstarted)):
+        return outcome.ended_lost  # every write landed: the usual case, nothing built
+    written = settled.done | settled.failed.keys() | settled.released
+    ended = (*outcome.succeeded, *(job for job, _ in outcome.failed), *outcome.unstarted)
+    return [*outcome.ended_lost, *(job for job in ended if job.token not in written)]
 
 
 def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:

@@ -188,11 +188,12 @@ ORDER BY hashtext(l.queue), l.queue;
 -- waiting for its retry holds back those after it. Jobs without a group are free. Two
 -- counts, each bounded: the group's running jobs (few), and its queued jobs before j
 -- read in id order from jobs_group_idx, at most per_group of them (one count of both
--- together read the group's whole backlog for every job it looked at).
+-- together read the group's whole backlog for every job it looked at). A job cancelled
+-- while running counts as running until its run_at (see cancel).
 l.per_group IS NULL OR NOT j.meta ? 'group' OR (
   (SELECT count(*) FROM jobs g
-   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
-     AND g.meta ->> 'group' = j.meta ->> 'group')
+   WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+     AND (g.status = 'running' OR (g.status = 'failed' AND g.run_at > t.now)))
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
@@ -201,8 +202,11 @@ l.per_group IS NULL OR NOT j.meta ? 'group' OR (
        LIMIT l.per_group) AS ahead)) < l.per_group;
 
 -- name: limit_running
--- (A subquery.) Limited queue l's running jobs, a crashed worker's until reaped.
-SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running';
+-- (A subquery.) Limited queue l's running jobs, a crashed worker's until reaped, and
+-- those cancelled while running until their run_at, their lease's end (see cancel).
+-- The failed ones are found by jobs_failed_idx: only such a job has a run_at to come.
+SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND (r.status = 'running' OR (
+  r.status = 'failed' AND r.run_at > t.now));
 
 -- name: limit_window_starts
 -- (A subquery.) Rate-limited queue l's starts in its window, which ends at t.now.
@@ -324,17 +328,23 @@ WITH t(now) AS (SELECT coalesce(%(now)s, now())), l AS (
          AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8)
 ), s AS MATERIALIZED (
   SELECT l.*, t.now,
-    (SELECT st.at + make_interval(secs => l.per_seconds) FROM drainer_starts st
+    -- a start dated past year 9998 by hand (or by a clock set wrong), 'infinity' too,
+    -- holds its token for good: never, not a time Python cannot hold (nor an overflow)
+    (SELECT CASE WHEN st.at < '9998-01-01' THEN st.at + make_interval(secs => l.per_seconds)
+                 ELSE 'infinity' END FROM drainer_starts st
      WHERE st.queue = l.queue AND st.at > t.now - make_interval(secs => l.per_seconds)
      ORDER BY st.at DESC OFFSET greatest(l.rate - 1, 0) LIMIT 1) AS token,
     coalesce((:limit_running) >= l.concurrency, false) AS full,
     (SELECT min(run_at) FROM jobs WHERE queue = l.queue AND status = 'queued'
        AND run_at > t.now AND run_at < '9999-01-01') AS later,
-    (SELECT min(locked_until) FROM jobs WHERE queue = l.queue AND status = 'running'
-       AND locked_until < '9999-01-01') AS leased
+    least((SELECT min(locked_until) FROM jobs WHERE queue = l.queue AND status = 'running'
+             AND locked_until < '9999-01-01'),
+          (SELECT min(run_at) FROM jobs WHERE queue = l.queue AND status = 'failed'
+             AND run_at > t.now AND run_at < '9999-01-01')) AS leased
   FROM l, t
 )
-SELECT min(CASE WHEN NOT s.full AND CASE
+SELECT min(CASE WHEN s.token >= '9999-01-01' THEN NULL
+                WHEN NOT s.full AND CASE
                   WHEN s.per_group IS NULL THEN EXISTS (
                     SELECT FROM jobs j
                     WHERE j.queue = s.queue AND j.status = 'queued' AND j.run_at <= s.now)
@@ -703,8 +713,11 @@ FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n);
 -- attempts is never lowered, so no claim's token (id, attempts) is ever issued twice
 -- and a stale worker still holding an old one can change nothing. The old error goes
 -- with the old budget. A queue's requeue leaves cancelled jobs alone; by id they come back.
+-- A job cancelled while running comes back at its run_at, its lease's end (see cancel):
+-- its old handler may run until then, and a job must not run twice at once.
 UPDATE jobs
-SET status = 'queued', run_at = now(), locked_until = NULL, last_error = NULL,
+SET status = 'queued', run_at = greatest(now(), run_at), locked_until = NULL,
+    last_error = NULL,
     max_attempts = least(2147483647, attempts::bigint + greatest(max_attempts, 1))::int
 WHERE status = 'failed'
   AND (id = ANY(%(ids)s::bigint[])
@@ -736,12 +749,29 @@ ORDER BY id;
 -- Withdraw a queued or running job; the four statuses (queued, running, done, failed) stay the only ones.
 -- attempts stays as it is: a running job's worker then finds it no longer its own
 -- (its heartbeat, completion or failure changes nothing), and a later requeue's
--- claim gets a token that worker never held. run_at becomes now, when it was cancelled:
--- archiving judges a failed job's age by it.
+-- claim gets a token that worker never held. run_at becomes when it is known to have
+-- stopped (archiving judges a failed job's age by it): now for a queued job, its
+-- lease's end for a running one, whose handler may run on until its worker's next
+-- heartbeat (which no longer extends the lease) or until the worker is gone. Until then
+-- its limits count it, and a requeue waits for it. A lease that ended already, or none
+-- Python could hold (another producer's), gives now.
 UPDATE jobs
-SET status = 'failed', last_error = 'cancelled', locked_until = NULL, run_at = now()
+SET status = 'failed', last_error = 'cancelled', locked_until = NULL,
+    run_at = CASE WHEN status = 'running' AND locked_until > now()
+                       AND locked_until < '9999-01-01' THEN locked_until
+                  ELSE now() END
 WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
+
+-- name: let_go
+-- Claims cancelled while running (run_at is their lease's end: see cancel) whose
+-- handler has ended in their worker, or never began: their limits' places free now.
+-- Only a job failed since that claim, with its run_at to come, changes.
+UPDATE jobs j
+SET run_at = coalesce(%(now)s, now())
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
+  AND j.status = 'failed' AND j.run_at > coalesce(%(now)s, now());
 
 -- name: age_since
 -- (A lateral subquery.) The time job j's age counts from in `stats` and `doctor`: its
@@ -1016,7 +1046,11 @@ SELECT l.queue, l.concurrency, l.per_group, l.rate, l.per_seconds,
           AND j.run_at <= now()),
        (SELECT count(*) FROM jobs j WHERE j.queue = l.queue AND j.status = 'queued'
           AND j.run_at <= now() AND NOT (:limited_eligible))
-FROM drainer_limits l, (SELECT now() AS now) AS t
+FROM (SELECT queue, concurrency, per_group, rate,
+             -- a row edited by hand: a window no interval holds is no window
+             CASE WHEN per_seconds > 0 AND per_seconds <= 31536000 THEN per_seconds END
+               AS per_seconds
+      FROM drainer_limits) AS l, (SELECT now() AS now) AS t
 ORDER BY l.queue;
 
 -- name: django_result

@@ -1,0 +1,341 @@
+"""Flow control against admin commands (cancel, requeue, reap, archive) racing a
+limited drain, hand edits of the tables, and odd values another producer leaves."""
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import drainer
+from drainer import doctor, queue, report
+from drainer.limits import Limits
+from tests.test_limits import claim_waiting_for_the_lock, limit_held
+
+LEASE = timedelta(minutes=5)
+FIFO = Limits("fifo", per_group=1)
+SINGLE = Limits("single", concurrency=1)
+
+
+def status(conn, job_id: int) -> tuple:
+    return conn.execute("SELECT status, attempts, last_error FROM jobs WHERE id = %s",
+                        (job_id,)).fetchone()
+
+
+@pytest.mark.parametrize("limit", [{"per_group": 1}, {"concurrency": 1}])
+def test_a_job_cancelled_while_running_holds_its_place_while_its_handler_runs_on(
+        conn, db_url, declared, limit):
+    """`drainer cancel` of a running job of a limited queue: the job is 'failed' at
+    once, but its handler learns of it only at its drain's next heartbeat (an `async
+    def` one is cancelled then), so the job keeps its place in its group (its queue)
+    meanwhile: another drainer started then does not run the group's next job at the
+    same time."""
+    spans: dict[int, list[float]] = {}
+
+    async def handler(job: queue.Job) -> None:
+        spans[job.id] = [time.monotonic()]
+        try:
+            await asyncio.sleep(job.payload["sleep"])
+        finally:
+            spans[job.id].append(time.monotonic())
+
+    kind = "fifo" if "per_group" in limit else "single"
+    task = drainer.task(kind, **limit)(handler)
+    first = drainer.enqueue(conn, kind, {"sleep": 3.0}, group="g")
+    second = drainer.enqueue(conn, kind, {"sleep": 0.0}, group="g")
+    options = drainer.Options(queues=[kind], concurrency=2, lease=timedelta(seconds=60))
+    with psycopg.connect(db_url, autocommit=True) as other:
+        worker = threading.Thread(target=drainer.drain, args=(other, {kind: task}, options))
+        worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while first not in spans and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert drainer.cancel(conn, [first]) == [first]  # an operator, mid-run
+            drainer.drain(conn, {kind: task}, options)  # another drainer starts now
+        finally:
+            worker.join(60)
+    if second not in spans:  # held back: its place frees when the cancelled lease ends
+        conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (first,))
+        drainer.drain(conn, {kind: task}, options)
+    (_, a_end), (b_start, _) = spans[first], spans[second]
+    assert b_start >= a_end, (f"job {second} started {a_end - b_start:.2f} s before the "
+                              f"cancelled job {first}'s handler ended")
+
+
+def test_a_cancelled_running_head_holds_its_place_until_its_lease_ends(conn):
+    """The same at the claim: after `cancel` of a running head (its handler may run
+    until its worker's next heartbeat), the group's next job waits until the cancelled
+    claim's lease ends, and next_due says when that is."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g")
+    b = drainer.enqueue(conn, "fifo", {}, group="g")
+    queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (a,))
+    assert queue.cancel(conn, [a]) == [a]
+    assert status(conn, a) == ("failed", 1, "cancelled")
+    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    assert queue.due(conn, [], limited=[FIFO]).lease_end == lease_end
+    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (a,))  # the lease ended
+    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
+
+
+def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
+    """queue.let_go, which a drain sends once a cancelled claim's handler has ended:
+    the place frees at once; a claim still running, a stale token, and a job requeued
+    since keep what they had."""
+    a, b, c = (drainer.enqueue(conn, "fifo", {}, group=g) for g in ("a", "a", "c"))
+    [ja, jc] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    queue.cancel(conn, [a])
+    stale = queue.Job(a, "fifo", {}, ja.attempts - 1, ja.max_attempts)
+    assert queue.let_go(conn, [stale, jc]) == 0  # not that claim; still running
+    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    assert queue.let_go(conn, [ja]) == 1 and queue.let_go(conn, [ja]) == 0
+    assert status(conn, a) == ("failed", 1, "cancelled")
+    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
+    assert status(conn, c) == ("running", 1, None)
+    queue.cancel(conn, [b])
+    queue.requeue(conn, ids=[b])  # back at its lease's end: let_go no longer its business
+    [(run_at,)] = conn.execute("SELECT run_at FROM jobs WHERE id = %s", (b,))
+    assert queue.let_go(conn, [queue.Job(b, "fifo", {}, 1, 5)]) == 0
+    assert conn.execute("SELECT run_at FROM jobs WHERE id = %s", (b,)).fetchone() == (run_at,)
+
+
+def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelled(
+        conn, db_url, declared):
+    """cancel of a running `async def` handler's job: the drain's next heartbeat finds
+    it cancelled and cancels the handler, then frees its place at once, rather than at
+    the claim's lease end; the group's next job runs in the next drain."""
+    started = threading.Event()
+    ran: list[int] = []
+
+    async def handler(job: queue.Job) -> None:
+        ran.append(job.id)
+        started.set()
+        await asyncio.sleep(job.payload["sleep"])
+
+    task = drainer.task("fifo", per_group=1)(handler)
+    first = drainer.enqueue(conn, "fifo", {"sleep": 60}, group="g")
+    second = drainer.enqueue(conn, "fifo", {"sleep": 0}, group="g")
+    options = drainer.Options(queues=["fifo"], lease=timedelta(seconds=6))
+    with psycopg.connect(db_url, autocommit=True) as other:
+        worker = threading.Thread(target=drainer.drain, args=(other, {"fifo": task}, options))
+        worker.start()
+        assert started.wait(30)
+        assert drainer.cancel(conn, [first]) == [first]
+        [(lease_end,)] = conn.execute("SELECT run_at FROM jobs WHERE id = %s", (first,))
+        worker.join(30)
+    freed = conn.execute("SELECT run_at < %s FROM jobs WHERE id = %s",
+                         (lease_end, first)).fetchone()
+    drainer.drain(conn, {"fifo": task}, options)
+    assert freed == (True,) and ran == [first, second]
+
+
+def test_a_handler_that_ends_after_its_job_was_cancelled_frees_its_place(conn, declared):
+    """A handler that ends before any heartbeat saw its job cancelled: its write-back
+    changes nothing (the job is counted lost) and its place frees as it ends."""
+    def handler(job: queue.Job) -> None:
+        with psycopg.connect(conn.info.dsn, autocommit=True) as admin:
+            drainer.cancel(admin, [job.id])
+
+    task = drainer.task("single", concurrency=1)(handler)
+    job = drainer.enqueue(conn, "single", {})
+    summary = drainer.drain(conn, {"single": task}, drainer.Options(queues=["single"]))
+    assert summary.lost == 1 and status(conn, job) == ("failed", 1, "cancelled")
+    assert conn.execute("SELECT run_at <= now() FROM jobs").fetchone() == (True,)
+
+
+def test_a_claimed_job_cancelled_before_it_started_is_let_go_at_the_next_heartbeat(
+        conn, declared):
+    """A job cancelled while it waits in its batch (claimed, not started): the heartbeat
+    drops it, and its run_at (its lease's end, for all cancel knew) becomes now."""
+    def handler(job: queue.Job) -> None:
+        if job.payload["first"]:
+            with psycopg.connect(conn.info.dsn, autocommit=True) as admin:
+                drainer.cancel(admin, [job.id + 1])
+            time.sleep(1.5)  # a heartbeat (every second) finds the next one cancelled
+
+    task = drainer.task("plain")(handler)
+    drainer.enqueue_many(conn, "plain", [{"first": True}, {"first": False}])
+    summary = drainer.drain(conn, {"plain": task}, drainer.Options(
+        queues=["plain"], concurrency=1, lease=timedelta(seconds=3)))
+    assert (summary.done, summary.lost) == (1, 1)
+    assert conn.execute("SELECT status, run_at <= now() FROM jobs ORDER BY id").fetchall(
+        ) == [("done", True), ("failed", True)]
+
+
+@pytest.mark.parametrize("at", ["infinity", "9999-12-31 23:59:00+00"])
+def test_a_start_dated_past_pythons_range_does_not_crash_every_drain_of_its_queue(
+        conn, declared, at):
+    """A `drainer_starts` row written by hand (or by a server whose clock was wrong)
+    dated 'infinity' or in year 9999 holds its token for good (it never leaves the
+    window, so it is never pruned): the drain ends with no next token, not with the
+    time at + the window, which Python cannot hold (every drain of the queue failed)."""
+    conn.execute("INSERT INTO drainer_starts VALUES ('rated', %s)", (at,))
+    drainer.enqueue(conn, "rated", {})
+    task = drainer.task("rated", rate="1/minute")(lambda job: None)
+    summary = drainer.drain(conn, {"rated": task}, drainer.Options(queues=["rated"]))
+    assert (summary.claimed, summary.next_due) == (0, None)  # held for good: no wake-up
+
+
+@pytest.mark.parametrize("edit", ["per_seconds = NULL", "per_seconds = 'Infinity'",
+                                  "per_seconds = 1e300"])
+def test_stats_and_doctor_survive_a_hand_edited_limits_row(conn, edit):
+    """drainer_limits is only a record for `stats` and `doctor` (the claim takes the
+    limits from the code), so an operator may edit or empty it: a rate with no window
+    (NULL), or with one past an interval's range, is shown as a rate of unknown
+    window, and neither command fails."""
+    queue.record_limits(conn, [Limits("rated", rate=10, per_seconds=60.0)], [])
+    drainer.enqueue(conn, "rated", {})
+    conn.execute(f"UPDATE drainer_limits SET {edit}")
+    text = report.format_stats(report.stats(conn))
+    assert "rated: rate 0/10 per ? s" in text
+    doctor.diagnose(conn)
+
+
+def test_requeue_of_an_older_failed_job_never_overlaps_nor_jumps_a_running_one(conn):
+    """per_group=1, group g: A failed for good, B running, C queued. A requeue of A
+    while B runs starts nothing; once B is done A (the oldest) goes before C; never
+    two at once."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g", max_attempts=1)
+    b = drainer.enqueue(conn, "fifo", {}, group="g")
+    c = drainer.enqueue(conn, "fifo", {}, group="g")
+    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    queue.fail(conn, [(ja, "boom")])
+    [jb] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert jb.id == b
+    assert queue.requeue(conn, ids=[a]) == [a]
+    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    settled = queue.settle(conn, [jb], [], [],
+                           claim_next=queue.Claim([], 10, LEASE, [FIFO], 10))
+    assert [j.id for j in settled.claimed] == [a]
+    settled = queue.settle(conn, settled.claimed, [], [],
+                           claim_next=queue.Claim([], 10, LEASE, [FIFO], 10))
+    assert [j.id for j in settled.claimed] == [c]
+
+
+def test_a_requeue_that_commits_while_a_claim_waits_for_the_lock_is_seen_by_it(conn, db_url):
+    """The claim's snapshot is taken after the limits lock: a requeue of the group's
+    older failed job that commits while the claim waits makes the claim take that job,
+    not the newer one queued behind it."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g", max_attempts=1)
+    drainer.enqueue(conn, "fifo", {}, group="g")
+    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    queue.fail(conn, [(ja, "boom")])
+    with (limit_held(db_url, "fifo") as holder,
+          psycopg.connect(db_url, autocommit=True) as claimer):
+        claiming = claim_waiting_for_the_lock(conn, claimer, FIFO)
+        assert queue.requeue(conn, ids=[a]) == [a]
+        holder.commit()
+        assert [j.id for j in claiming.result(timeout=30)] == [a]
+
+
+def test_a_reap_that_commits_while_a_claim_waits_gives_the_group_its_head_back_once(
+        conn, db_url):
+    """A dead worker's head of group g, lease expired: `drainer reap` commits while a
+    claim waits for the lock. The claim takes the head again (attempt 2), not the job
+    behind it; the stale worker's writes change nothing; the place stays counted."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g")
+    drainer.enqueue(conn, "fifo", {}, group="g")
+    [stale] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
+                 (a,))
+    with (limit_held(db_url, "fifo") as holder,
+          psycopg.connect(db_url, autocommit=True) as claimer):
+        claiming = claim_waiting_for_the_lock(conn, claimer, FIFO)
+        assert queue.reap(conn) == 1
+        holder.commit()
+        [again] = claiming.result(timeout=30)
+    assert (again.id, again.attempts) == (a, 2)
+    assert queue.complete(conn, [stale]) == set()
+    assert queue.release(conn, [stale]) == set()
+    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+
+
+def test_a_stale_write_back_after_cancel_requeue_and_a_new_claim_frees_no_place(conn):
+    """cancel of a running head, requeue by id, a new claim (attempt 2): the first
+    worker's completion, failure, release and heartbeat change nothing, and the group's
+    next job still waits for the new claim."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g")
+    drainer.enqueue(conn, "fifo", {}, group="g")
+    [stale] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert queue.cancel(conn, [a]) == [a] and queue.requeue(conn, ids=[a]) == [a]
+    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (a,))  # once its lease ended
+    [current] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert current.token == (a, 2)
+    assert queue.extend(conn, [stale], LEASE) == set()
+    for write in (lambda: queue.complete(conn, [stale]),
+                  lambda: queue.fail(conn, [(stale, "stale")]),
+                  lambda: queue.release(conn, [stale])):
+        assert not write()
+    assert status(conn, a) == ("running", 2, None)
+    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+
+
+def test_archiving_with_no_retention_mid_drain_leaves_every_counted_row(conn):
+    """`drainer archive --archive-after 0 --archive-failed-after 0` while a limited
+    queue runs: running and queued rows (what the limits count) stay, and so does a
+    head cancelled while running until its lease ends (its handler may run on): its
+    group waits, the other's order goes on."""
+    heads = [drainer.enqueue(conn, "fifo", {}, group=g) for g in ("g1", "g2")]
+    behind = [drainer.enqueue(conn, "fifo", {}, group=g) for g in ("g1", "g2")]
+    claimed = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert sorted(j.id for j in claimed) == heads
+    queue.cancel(conn, [heads[1]])
+    queue.complete(conn, [j for j in claimed if j.id == heads[0]])
+
+    def archive() -> int:
+        return queue.archive(conn, timedelta(0), failed_older_than=timedelta(0),
+                             now=conn.execute("SELECT now() + interval '1 second'"
+                                              ).fetchone()[0])
+
+    assert archive() == 1  # the done head
+    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+            ] == [behind[0]]
+    conn.execute("UPDATE jobs SET run_at = now() - interval '1 second' WHERE id = %s",
+                 (heads[1],))  # its lease ended
+    assert archive() == 1
+    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+            ] == [behind[1]]
+
+
+def test_a_waiting_job_moved_to_another_group_by_hand_takes_its_place_there_by_id(conn):
+    """UPDATE jobs SET meta = ... of a queued job: it joins the other group in id
+    order (ahead of that group's newer jobs), and leaves its old group's order."""
+    old = drainer.enqueue(conn, "fifo", {}, group="a")
+    drainer.enqueue(conn, "fifo", {}, group="b")  # b's head, newer than old
+    behind = drainer.enqueue(conn, "fifo", {}, group="a")
+    conn.execute("""UPDATE jobs SET meta = '{"group": "b"}' WHERE id = %s""", (old,))
+    assert sorted(j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+                  ) == [old, behind]
+
+
+def test_a_running_job_moved_to_another_queue_by_hand_is_still_written_back(conn):
+    """UPDATE jobs SET queue = ... of a running job: its place moves with it (the
+    limits count the table), and its worker's result still lands: nothing lost."""
+    a = drainer.enqueue(conn, "single", {})
+    b = drainer.enqueue(conn, "single", {})
+    [job] = queue.claim(conn, [], 10, LEASE, limited=[SINGLE], take=10)
+    conn.execute("UPDATE jobs SET queue = 'elsewhere' WHERE id = %s", (a,))
+    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[SINGLE], take=10)] == [b]
+    assert queue.complete(conn, [job]) == {a}
+
+
+def test_an_empty_group_is_a_group_and_a_missing_one_is_none(conn):
+    """group='' is a group of its own (one at a time), unlike group=None."""
+    first = drainer.enqueue(conn, "fifo", {}, group="")
+    drainer.enqueue(conn, "fifo", {}, group="")
+    free = drainer.enqueue(conn, "fifo", {})
+    assert sorted(j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+                  ) == [first, free]
+
+
+def test_deleting_the_starts_by_hand_gives_the_rate_its_tokens_back(conn):
+    """An operator's reset of a rate: what the window counts is the table."""
+    rated = Limits("rated", rate=2, per_seconds=3600.0)
+    drainer.enqueue_many(conn, "rated", [{}] * 4)
+    assert len(queue.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
+    assert queue.claim(conn, [], 10, LEASE, limited=[rated], take=10) == []
+    conn.execute("DELETE FROM drainer_starts")
+    assert len(queue.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
