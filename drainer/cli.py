@@ -563,8 +563,13 @@ def cmd_requeue(args: argparse.Namespace) -> None:
         ids = queue.requeue(conn, queue=args.queue, ids=args.ids)
     for job_id, holder in ids.held.items():
         log.warning("job %d not requeued: job %d holds its key", job_id, holder)
+    for job_id, until in ids.waiting.items():
+        log.warning("job %d not requeued: cancelled while running, its handler may run "
+                    "until its lease ends at %s; requeue it then", job_id, until.isoformat())
     held = {"held": [{"id": i, "holder": h} for i, h in ids.held.items()]} if ids.held else {}
-    _emit({"requeued": len(ids), "ids": ids, **held})
+    waiting = ({"waiting": [{"id": i, "until": u.isoformat()} for i, u in ids.waiting.items()]}
+               if ids.waiting else {})
+    _emit({"requeued": len(ids), "ids": ids, **held, **waiting})
 
 
 def cmd_cancel(args: argparse.Namespace) -> None:

@@ -85,13 +85,22 @@ class Fill(TypedDict):
     held: int  # ready jobs that cannot start now for a limit
 
 
+def held_swaps(held: bool) -> dict[str, str]:
+    """The parts a limited statement swaps for the schema: without migration 10's index
+    of the jobs cancelled while running (`held`), none of them holds a place, as
+    counting them would read every failed job at each claim."""
+    return {} if held else {"limit_held": "held_none", "group_held": "held_none",
+                            "limit_held_until": "held_until_none"}
+
+
 def fills(conn: psycopg.Connection) -> list[Fill]:
     """Each limited queue's limits (as its latest drain declared them) and fill; none
     before migration 9."""
     if not sql.features(conn).limits:
         return []
     found: list[Fill] = []
-    for row in sql.rows(conn, "stats_limits"):
+    text = sql.variant("stats_limits", **held_swaps(sql.features(conn).held))
+    for row in sql.execute(conn, text).fetchall():
         queue, concurrency, per_group, rate, per, running, started, ready, grouped = row
         room = min((left for left in (None if concurrency is None else concurrency - running,
                                       None if rate is None else rate - started)

@@ -24,7 +24,7 @@ from psycopg.types.json import JsonbLoader
 from . import drivers, sql, tracing
 from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
-from .limits import Limits
+from .limits import Limits, held_swaps
 
 ARCHIVE_BATCH = 10_000
 # How long failed jobs (cancelled ones too) stay in `jobs` after they failed (their
@@ -666,7 +666,7 @@ def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
     rated = [lim.queue for lim in spec.limited if lim.rate is not None]
     grouped = any(lim.per_group is not None for lim in spec.limited)
     sql.run(conn, "limits_lock", {"limits": rows, "now": now})
-    return _claim(conn, limited_sql(now is not None, grouped),
+    return _claim(conn, limited_sql(now is not None, grouped, sql.features(conn).held),
                   {"limits": rows, "rated": rated, "take": spec.take}, spec.lease, now)
 
 
@@ -728,10 +728,11 @@ def _payload_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
 
 
 @lru_cache(maxsize=8)
-def limited_sql(given_now: bool = False, grouped: bool = True) -> str:
+def limited_sql(given_now: bool = False, grouped: bool = True, held: bool = True) -> str:
     """The claim of queues with limits (a migrated table: priorities and meta), which
     records the starts its rate limits count; without `grouped` (no queue of the
-    claim has per_group), without the per-group arm.
+    claim has per_group), without the per-group arm; without `held` (a schema before
+    migration 10), counting no job cancelled while running.
 
     Without `given_now`, its time is statement_timestamp(), read when the claim
     starts, after limits_lock granted the locks: now() is when the transaction began,
@@ -740,7 +741,7 @@ def limited_sql(given_now: bool = False, grouped: bool = True) -> str:
     arms = {} if grouped else {"limited_arms": "limited_free"}
     text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
                        claim_no_starts="claim_starts", claim_payload="claim_payload_bounded",
-                       **arms)
+                       **arms, **held_swaps(held))
     return text if given_now else text.replace("coalesce(%(now)s, now())",
                                                "statement_timestamp()")
 
@@ -1073,8 +1074,9 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     if not limited:
         return plain
     rows = json.dumps([lim.fields for lim in limited])
+    text = sql.variant("due_limited", **held_swaps(sql.features(conn).held))
     with _transaction(conn, limits=True):  # at the first statement's time: one moment
-        cursor = sql.run(conn, "due_limited", {"limits": rows, "now": now or plain.now})
+        cursor = sql.execute(conn, text, {"limits": rows, "now": now or plain.now})
     run_at, lease_end = cursor.fetchall()[0]
     run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)
     first = _earliest(run_at, lease_end)
@@ -1149,9 +1151,13 @@ class Requeued(list[int]):
     failed to the job that holds its key (a queued or running one, or the newest of
     the requeued jobs with that key), since two jobs cannot hold one key."""
 
-    def __init__(self, ids: Iterable[int], held: dict[int, int]):
+    def __init__(self, ids: Iterable[int], held: dict[int, int],
+                 waiting: dict[int, datetime] | None = None):
         super().__init__(sorted(ids))
         self.held = held
+        # {id: lease end} of jobs cancelled while running whose handler may still run:
+        # left failed until then (requeued now, the job could run twice at once).
+        self.waiting = waiting or {}
 
 
 def requeue(
@@ -1159,9 +1165,9 @@ def requeue(
 ) -> Requeued:
     """Failed jobs of `queue` (cancelled ones left alone), or with these ids, back to
     queued with a fresh budget: max_attempts rises, attempts is never lowered (it is
-    the ownership token of every claim). A job cancelled while running comes back at
-    its lease's end, unless its worker saw its handler end. A job whose key is held
-    stays failed (`held`).
+    the ownership token of every claim). A job cancelled while running stays failed
+    until its worker saw its handler end, or its lease ended (`waiting`). A job whose
+    key is held stays failed (`held`).
     A new holder committed meanwhile makes the update fail on the unique index: it is
     undone to a savepoint, and the jobs looked at again."""
     params: dict[str, object] = {"queue": queue, "ids": list(ids)}
@@ -1174,7 +1180,8 @@ def requeue(
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 continue
             raise
-        return Requeued((row[0] for row in rows), held)
+        waiting = dict(sql.rows(conn, "requeue_waiting", params)) if ids else {}
+        return Requeued((row[0] for row in rows), held, waiting)
     raise DrainerError("requeue: the keys of these jobs kept being taken; nothing was requeued")
 
 

@@ -596,13 +596,15 @@ def _record(settled: queue.Settled, outcome: Outcome, summary: Summary) -> None:
 
 def _ended_lost(settled: queue.Settled, outcome: Outcome) -> list[queue.Job]:
     """The batch's claims no longer ours whose handler has ended, or never began: those
-    the heartbeat found taken over, and those whose guarded write-back changed nothing.
-    A job cancelled while running holds its limits' places until then (queue.let_go)."""
-    if (len(settled.done) + len(settled.failed) + len(settled.released)
-            == len(outcome.succeeded) + len(outcome.failed) + len(outcome.unstarted)):
+    the heartbeat found taken over, and those whose guarded completion or failure
+    changed nothing. A job cancelled while running holds its limits' places until then
+    (queue.let_go). Not the unstarted jobs whose release changed nothing: after a lost
+    answer the release is not sent again, and had it landed, its tokens (lowered by
+    it) may be another drainer's now."""
+    if len(settled.done) + len(settled.failed) == len(outcome.succeeded) + len(outcome.failed):
         return outcome.ended_lost  # every write landed: the usual case, nothing built
-    written = settled.done | settled.failed.keys() | settled.released
-    ended = (*outcome.succeeded, *(job for job, _ in outcome.failed), *outcome.unstarted)
+    written = settled.done | settled.failed.keys()
+    ended = (*outcome.succeeded, *(job for job, _ in outcome.failed))
     return [*outcome.ended_lost, *(job for job in ended if job.token not in written)]
 
 

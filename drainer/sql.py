@@ -10,7 +10,7 @@ import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -149,6 +149,7 @@ class Features:
     meta: bool
     schedules: bool
     limits: bool
+    held: bool  # migration 10: the index of jobs cancelled while running (limit_held)
     scheduled: bool  # the schedules table ever held a row (statistics: may lag)
 
 
@@ -161,7 +162,8 @@ def features(conn: psycopg.Connection) -> Features:
     run on it since forgets it: `forget`)."""
     known = _features.get(conn)
     if known is None:
-        known = _features[conn] = Features(*row(conn, "features") or (False,) * 10)
+        found = row(conn, "features") or (False,) * len(fields(Features))
+        known = _features[conn] = Features(*found)
     return known
 
 

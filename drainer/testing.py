@@ -298,6 +298,9 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
         settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
                                results=outcome.results, now=clock.database_now())
         run._record(settled, outcome, summary)
+        ended = run._ended_lost(settled, outcome)
+        if ended:  # jobs cancelled under it: their places free now (see queue.let_go)
+            queue.let_go(conn, ended, now=clock.database_now())
         run._log_failures(settled, outcome)
     due = queue.due(conn, plain, limited=limited, now=clock.database_now())
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (

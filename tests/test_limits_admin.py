@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor, queue, report
+from drainer import doctor, queue, report, run, sql, testing
+from drainer.batch import Outcome
 from drainer.limits import Limits
 from tests.test_limits import claim_waiting_for_the_lock, limit_held
 
@@ -58,7 +59,7 @@ def test_a_job_cancelled_while_running_holds_its_place_while_its_handler_runs_on
         finally:
             worker.join(60)
     if second not in spans:  # held back: its place frees when the cancelled lease ends
-        conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (first,))
+        conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (first,))
         drainer.drain(conn, {kind: task}, options)
     (_, a_end), (b_start, _) = spans[first], spans[second]
     assert b_start >= a_end, (f"job {second} started {a_end - b_start:.2f} s before the "
@@ -77,7 +78,7 @@ def test_a_cancelled_running_head_holds_its_place_until_its_lease_ends(conn):
     assert status(conn, a) == ("failed", 1, "cancelled")
     assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
     assert queue.due(conn, [], limited=[FIFO]).lease_end == lease_end
-    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (a,))  # the lease ended
+    conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (a,))  # it ended
     assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
 
 
@@ -96,10 +97,12 @@ def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
     assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
     assert status(conn, c) == ("running", 1, None)
     queue.cancel(conn, [b])
-    queue.requeue(conn, ids=[b])  # back at its lease's end: let_go no longer its business
-    [(run_at,)] = conn.execute("SELECT run_at FROM jobs WHERE id = %s", (b,))
-    assert queue.let_go(conn, [queue.Job(b, "fifo", {}, 1, 5)]) == 0
-    assert conn.execute("SELECT run_at FROM jobs WHERE id = %s", (b,)).fetchone() == (run_at,)
+    [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (b,))
+    requeued = queue.requeue(conn, ids=[b])  # its handler may run on: it stays failed
+    assert requeued == [] and requeued.waiting == {b: lease_end}
+    assert queue.let_go(conn, [queue.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
+    assert queue.requeue(conn, ids=[b]) == [b]
+    assert queue.let_go(conn, [queue.Job(b, "fifo", {}, 1, 5)]) == 0  # queued: not its own
 
 
 def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelled(
@@ -124,10 +127,9 @@ def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelle
         worker.start()
         assert started.wait(30)
         assert drainer.cancel(conn, [first]) == [first]
-        [(lease_end,)] = conn.execute("SELECT run_at FROM jobs WHERE id = %s", (first,))
         worker.join(30)
-    freed = conn.execute("SELECT run_at < %s FROM jobs WHERE id = %s",
-                         (lease_end, first)).fetchone()
+    freed = conn.execute("SELECT locked_until IS NULL FROM jobs WHERE id = %s",
+                         (first,)).fetchone()
     drainer.drain(conn, {"fifo": task}, options)
     assert freed == (True,) and ran == [first, second]
 
@@ -143,13 +145,13 @@ def test_a_handler_that_ends_after_its_job_was_cancelled_frees_its_place(conn, d
     job = drainer.enqueue(conn, "single", {})
     summary = drainer.drain(conn, {"single": task}, drainer.Options(queues=["single"]))
     assert summary.lost == 1 and status(conn, job) == ("failed", 1, "cancelled")
-    assert conn.execute("SELECT run_at <= now() FROM jobs").fetchone() == (True,)
+    assert conn.execute("SELECT locked_until IS NULL FROM jobs").fetchone() == (True,)
 
 
 def test_a_claimed_job_cancelled_before_it_started_is_let_go_at_the_next_heartbeat(
         conn, declared):
     """A job cancelled while it waits in its batch (claimed, not started): the heartbeat
-    drops it, and its run_at (its lease's end, for all cancel knew) becomes now."""
+    drops it, and lets go of the lease cancel had kept for it."""
     def handler(job: queue.Job) -> None:
         if job.payload["first"]:
             with psycopg.connect(conn.info.dsn, autocommit=True) as admin:
@@ -161,7 +163,7 @@ def test_a_claimed_job_cancelled_before_it_started_is_let_go_at_the_next_heartbe
     summary = drainer.drain(conn, {"plain": task}, drainer.Options(
         queues=["plain"], concurrency=1, lease=timedelta(seconds=3)))
     assert (summary.done, summary.lost) == (1, 1)
-    assert conn.execute("SELECT status, run_at <= now() FROM jobs ORDER BY id").fetchall(
+    assert conn.execute("SELECT status, locked_until IS NULL FROM jobs ORDER BY id").fetchall(
         ) == [("done", True), ("failed", True)]
 
 
@@ -260,8 +262,9 @@ def test_a_stale_write_back_after_cancel_requeue_and_a_new_claim_frees_no_place(
     a = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
     [stale] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
-    assert queue.cancel(conn, [a]) == [a] and queue.requeue(conn, ids=[a]) == [a]
-    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (a,))  # once its lease ended
+    assert queue.cancel(conn, [a]) == [a]
+    conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (a,))  # lease ended
+    assert queue.requeue(conn, ids=[a]) == [a]
     [current] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert current.token == (a, 2)
     assert queue.extend(conn, [stale], LEASE) == set()
@@ -293,7 +296,7 @@ def test_archiving_with_no_retention_mid_drain_leaves_every_counted_row(conn):
     assert archive() == 1  # the done head
     assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
             ] == [behind[0]]
-    conn.execute("UPDATE jobs SET run_at = now() - interval '1 second' WHERE id = %s",
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
                  (heads[1],))  # its lease ended
     assert archive() == 1
     assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
@@ -339,3 +342,155 @@ def test_deleting_the_starts_by_hand_gives_the_rate_its_tokens_back(conn):
     assert queue.claim(conn, [], 10, LEASE, limited=[rated], take=10) == []
     conn.execute("DELETE FROM drainer_starts")
     assert len(queue.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
+
+
+def held(conn, job_id: int) -> tuple:
+    """(status, attempts, whether it holds its place: cancelled with its lease kept)."""
+    return conn.execute("SELECT status, attempts, coalesce(locked_until > now(), false) "
+                        "FROM jobs WHERE id = %s", (job_id,)).fetchone()
+
+
+def claimed(conn, lim: Limits) -> list[int]:
+    return [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[lim], take=10)]
+
+
+def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn, db_url):
+    """Drain A gives back an unstarted job J (its release lowers attempts, so the next
+    claim of J gets A's token (J, 1) again); the session drops with the answer, after
+    the commit. Meanwhile drain B claims J, token (J, 1), its handler starts, and an
+    operator cancels J. A sends again (settle_again: without the release, whose outcome
+    it does not know): A's let_go must not free B's place while B's handler runs."""
+    j = drainer.enqueue(conn, "fifo", {}, group="g")
+    drainer.enqueue(conn, "fifo", {}, group="g")
+    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)  # drain A
+    outcome = Outcome(unstarted=[ja])  # A stops before starting it (deadline, signal)
+
+    with psycopg.connect(db_url, autocommit=True) as b:
+        class AnswerLost:  # run.Link, as it goes when the session drops after the commit
+            def send(self, first, again=None):
+                first(conn)  # landed: J queued again, attempts 0
+                [jb] = queue.claim(b, [], 10, LEASE, limited=[FIFO], take=10)  # drain B
+                assert jb.token == ja.token  # the same token: the release gave it back
+                assert drainer.cancel(b, [j]) == [j]  # B's handler is running
+                return (again or first)(conn)  # A, on its new session
+
+        settled = run._settle(AnswerLost(), outcome, None, None)
+        ended = run._ended_lost(settled, outcome)  # what write_back sends
+        if ended:
+            queue.let_go(conn, ended)
+    assert held(conn, j) == ("failed", 1, True), "B's place was let go"
+    assert claimed(conn, FIFO) == []
+
+
+def test_a_requeue_of_a_job_cancelled_while_running_keeps_its_place(conn):
+    """`cancel` then `requeue ID` of a running job of a queue with concurrency=1: a
+    queued job holds no place, so the requeue leaves it failed while its handler may
+    run on, and says until when; no other job starts beside that handler."""
+    a = drainer.enqueue(conn, "single", {})
+    m = drainer.enqueue(conn, "single", {})
+    assert claimed(conn, SINGLE) == [a]
+    drainer.cancel(conn, [a])
+    [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (a,))
+    requeued = drainer.requeue(conn, ids=[a])
+    assert (requeued, requeued.waiting) == ([], {a: lease_end})
+    assert claimed(conn, SINGLE) == [], f"job {m} started beside job {a}'s handler"
+
+
+@pytest.mark.parametrize("failed", [
+    # an older release's cancel of a delayed job left its run_at to come
+    "status = 'failed', last_error = 'cancelled', run_at = now() + interval '7 days'",
+    # another producer withdrawing a job by hand, or parking it
+    "status = 'failed', last_error = 'obsolete', run_at = now() + interval '30 days'",
+    "status = 'failed', last_error = 'parked', run_at = 'infinity'",
+])
+def test_a_failed_row_due_later_that_no_handler_runs_holds_no_place(conn, failed):
+    """Only a job cancelled while running (its lease kept) has a handler that may run
+    on; a failed job dated later for another reason holds no place."""
+    old = drainer.enqueue(conn, "single", {}, delay=timedelta(days=7))
+    conn.execute(f"UPDATE jobs SET {failed} WHERE id = %s", (old,))
+    m = drainer.enqueue(conn, "single", {})
+    assert claimed(conn, SINGLE) == [m]
+
+
+def test_an_in_transaction_drain_frees_the_place_of_a_job_cancelled_under_it(conn, declared):
+    """drainer.testing's drain_now(in_transaction=True), whose clock stands still: a
+    handler cancels its own job on a concurrency=1 queue; the drain lets its place go,
+    so the second job runs in the same drain."""
+    ran: list[int] = []
+
+    def handler(job: queue.Job) -> None:
+        ran.append(job.id)
+        if job.payload["cancel"]:
+            drainer.cancel(conn, [job.id])
+
+    task = drainer.task("single", concurrency=1)(handler)
+    conn.autocommit = False
+    try:
+        first = drainer.enqueue(conn, "single", {"cancel": True})
+        second = drainer.enqueue(conn, "single", {"cancel": False})
+        summary = testing.drain_now(conn, handlers={"single": task}, in_transaction=True)
+    finally:
+        conn.rollback()
+        conn.autocommit = True
+    assert summary.lost == 1 and ran == [first, second]
+
+
+def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(conn):
+    """cancel, requeue by id once the lease ended, a claim by another drainer, cancel
+    again: the first drain's let_go (its token (J, 1)) changes nothing."""
+    j = drainer.enqueue(conn, "fifo", {}, group="g")
+    drainer.enqueue(conn, "fifo", {}, group="g")
+    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    drainer.cancel(conn, [j])
+    conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (j,))  # it ended
+    assert drainer.requeue(conn, ids=[j]) == [j]
+    [jb] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert jb.token == (j, 2)
+    drainer.cancel(conn, [j])
+    assert queue.let_go(conn, [ja]) == 0
+    assert claimed(conn, FIFO) == []
+
+
+@pytest.mark.parametrize("lease", ["NULL", "'infinity'", "'-infinity'",
+                                   "now() - interval '1 minute'"])
+def test_cancel_and_requeue_of_a_running_row_with_an_odd_lease(conn, lease):
+    """A running row whose lease is NULL, infinite or over (a dead worker's, not yet
+    reaped): cancel keeps no lease, so neither the limit nor the requeue waits for
+    ever; the requeued job is ready at once."""
+    a = drainer.enqueue(conn, "single", {})
+    assert claimed(conn, SINGLE) == [a]
+    conn.execute(f"UPDATE jobs SET locked_until = {lease} WHERE id = %s", (a,))
+    drainer.cancel(conn, [a])
+    assert held(conn, a) == ("failed", 1, False)
+    assert drainer.requeue(conn, ids=[a]) == [a]
+    assert claimed(conn, SINGLE) == [a]
+
+
+def test_archiving_keeps_a_job_cancelled_while_running_until_its_lease_ends(conn):
+    """Zero retention archives a job cancelled while queued at once, but not one
+    cancelled while running: its handler may run on, and its place is held."""
+    a = drainer.enqueue(conn, "single", {}, delay=timedelta(hours=1))
+    b = drainer.enqueue(conn, "single", {})
+    assert claimed(conn, SINGLE) == [b]
+    drainer.cancel(conn, [a, b])
+    assert (held(conn, a), held(conn, b)) == (("failed", 0, False), ("failed", 1, True))
+    later = conn.execute("SELECT now() + interval '1 second'").fetchone()[0]
+    assert queue.archive(conn, timedelta(days=7), failed_older_than=timedelta(0),
+                         now=later) == 1
+    assert conn.execute("SELECT id FROM jobs").fetchall() == [(b,)]
+
+
+def test_before_migration_10_a_cancel_frees_the_place_at_once(conn):
+    """Without migration 10's index the limits count no job cancelled while running
+    (counting them would read every failed job at each claim): the claim, next_due and
+    stats still work, and the cancelled job's place is free at once."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g")
+    b = drainer.enqueue(conn, "fifo", {}, group="g")
+    assert claimed(conn, FIFO) == [a]
+    conn.execute("DROP INDEX jobs_held_idx")
+    sql.forget(conn)
+    drainer.cancel(conn, [a])
+    queue.record_limits(conn, [FIFO], [])
+    assert queue.due(conn, [], limited=[FIFO]).next_due is not None
+    assert "fifo: 1 per group; 1 ready, 0 held back" in report.format_stats(report.stats(conn))
+    assert claimed(conn, FIFO) == [b]

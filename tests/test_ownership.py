@@ -156,10 +156,11 @@ def test_cancelling_a_running_job_leaves_its_worker_nothing_to_write(conn):
     assert drainer.cancel(conn, [stale.id]) == [stale.id]
     assert one(conn, "SELECT status, last_error FROM jobs") == ("failed", "cancelled")
     assert drainer.complete(conn, [stale]) == set()
-    drainer.requeue(conn, ids=[stale.id])  # by id, a cancelled job may come back
-    # ... once the lease its old handler ran under has ended (it may run on until then)
-    assert one(conn, "SELECT run_at >= now() + interval '4 minutes' FROM jobs") == (True,)
-    conn.execute("UPDATE jobs SET run_at = now()")
+    # By id, a cancelled job may come back, once the lease its old handler ran under
+    # has ended (it may run on until then).
+    assert drainer.requeue(conn, ids=[stale.id]).waiting.keys() == {stale.id}
+    conn.execute("UPDATE jobs SET locked_until = now()")
+    assert drainer.requeue(conn, ids=[stale.id]) == [stale.id]
     [current] = drainer.claim(conn, ["default"], 1, LEASE)
     assert drainer.fail(conn, [(stale, "stale")]) == {}
     assert drainer.complete(conn, [stale]) == set()

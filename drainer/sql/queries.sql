@@ -31,7 +31,8 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 -- archive table (else archiving deletes), migration 5's done_at column,
 -- migration 6's priority column and unique keys (the key column and its index), and
 -- migration 7's result column, migration 6's meta column, migration 8's schedules
--- table, migration 9's flow control (its table of starts), and whether it ever held a row (by the statistics, which may lag a moment: a
+-- table, migration 9's flow control (its table of starts), migration 10's index of
+-- jobs cancelled while running, and whether it ever held a row (by the statistics, which may lag a moment: a
 -- drain with no schedule declared reads the table only then, so a database that never
 -- used schedules pays no statement for them).
 SELECT to_regclass('drainer_schema') IS NOT NULL,
@@ -43,6 +44,7 @@ SELECT to_regclass('drainer_schema') IS NOT NULL,
        'meta' = ANY (c.names),
        to_regclass('drainer_schedules') IS NOT NULL,
        to_regclass('drainer_starts') IS NOT NULL,
+       to_regclass('jobs_held_idx') IS NOT NULL,
        coalesce((SELECT n_tup_ins + n_live_tup > 0 FROM pg_stat_user_tables
                  WHERE relid = to_regclass('drainer_schedules')), false)
 FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
@@ -188,16 +190,13 @@ ORDER BY hashtext(l.queue), l.queue;
 -- waiting for its retry holds back those after it. Jobs without a group are free. Two
 -- counts, each bounded: the group's running jobs (few), and its queued jobs before j
 -- read in id order from jobs_group_idx, at most per_group of them (one count of both
--- together read the group's whole backlog for every job it looked at). A job cancelled
--- while running counts as running until its run_at (see cancel): a count of its own,
--- from jobs_failed_idx, as jobs_group_idx holds no failed job.
+-- together read the group's whole backlog for every job it looked at). Its jobs
+-- cancelled while running count as running ones until their lease ends (group_held).
 l.per_group IS NULL OR NOT j.meta ? 'group' OR (
   (SELECT count(*) FROM jobs g
    WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
      AND g.meta ->> 'group' = j.meta ->> 'group')
-  + (SELECT count(*) FROM jobs g
-     WHERE g.status = 'failed' AND g.run_at > t.now AND g.queue = l.queue
-       AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (:group_held)
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
@@ -207,14 +206,40 @@ l.per_group IS NULL OR NOT j.meta ? 'group' OR (
 
 -- name: limit_running
 -- (A subquery.) Limited queue l's running jobs, a crashed worker's until reaped, and
--- those cancelled while running until their run_at, their lease's end (see cancel).
--- Two counts, not one with OR: that one is a bitmap scan, which cannot skip the index
--- entries of rows a drain has finished with (thousands, until vacuum), and took 0.8 ms
--- a claim of 50 against 0.5. The failed ones are found by jobs_failed_idx: only such
--- a job has a run_at to come.
+-- those cancelled while running until their lease ends (limit_held). Two counts, not
+-- one with OR: that one is a bitmap scan, which cannot skip the index entries of rows
+-- a drain has finished with (thousands, until vacuum), and took 0.8 ms a claim of 50
+-- against 0.5.
 SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-     + (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'failed'
-          AND r.run_at > t.now);
+     + (:limit_held);
+
+-- name: limit_held
+-- (A subquery.) Limited queue l's jobs cancelled while running whose lease has not
+-- ended: cancel keeps it (locked_until) as the mark of a handler that may run on, until
+-- its worker lets it go (let_go). Found by jobs_held_idx (migration 10); no other
+-- failed job has a lease. Before migration 10, limited_sql and due swap in held_none.
+SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now;
+
+-- name: group_held
+-- (A subquery.) limit_held for queued job j's group.
+SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group';
+
+-- name: limit_held_until
+-- (A subquery.) When limit_held's first lease ends (one Python can hold).
+SELECT min(h.locked_until) FROM jobs h
+WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
+  AND h.locked_until < '9999-01-01';
+
+-- name: held_none
+-- (A subquery.) limit_held and group_held on a schema before migration 10: none.
+SELECT 0;
+
+-- name: held_until_none
+-- (A subquery.) limit_held_until on a schema before migration 10: never.
+SELECT NULL::timestamptz;
 
 -- name: limit_window_starts
 -- (A subquery.) Rate-limited queue l's starts in its window, which ends at t.now.
@@ -347,8 +372,7 @@ WITH t(now) AS (SELECT coalesce(%(now)s, now())), l AS (
        AND run_at > t.now AND run_at < '9999-01-01') AS later,
     least((SELECT min(locked_until) FROM jobs WHERE queue = l.queue AND status = 'running'
              AND locked_until < '9999-01-01'),
-          (SELECT min(run_at) FROM jobs WHERE queue = l.queue AND status = 'failed'
-             AND run_at > t.now AND run_at < '9999-01-01')) AS leased
+          (:limit_held_until)) AS leased
   FROM l, t
 )
 SELECT min(CASE WHEN s.token >= '9999-01-01' THEN NULL
@@ -545,6 +569,7 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 UNION ALL
 (SELECT id FROM jobs
  WHERE status = 'failed' AND run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
+   AND (locked_until IS NULL OR locked_until <= coalesce(%(now)s, now()))
  LIMIT %(limit)s)
 LIMIT %(limit)s;
 
@@ -553,6 +578,8 @@ LIMIT %(limit)s;
 -- expression, not a statement, for the WHERE of the statements that include it.
 CASE status WHEN 'done' THEN created_at < coalesce(%(now)s, now()) - %(older_than)s
             WHEN 'failed' THEN run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
+                               AND (locked_until IS NULL
+                                    OR locked_until <= coalesce(%(now)s, now()))
             ELSE false END;
 
 -- name: archive_move
@@ -721,17 +748,25 @@ FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n);
 -- attempts is never lowered, so no claim's token (id, attempts) is ever issued twice
 -- and a stale worker still holding an old one can change nothing. The old error goes
 -- with the old budget. A queue's requeue leaves cancelled jobs alone; by id they come back.
--- A job cancelled while running comes back at its run_at, its lease's end (see cancel):
--- its old handler may run until then, and a job must not run twice at once.
+-- A job cancelled while running stays failed while its lease runs (see cancel): its old
+-- handler may run until then, and a job must not run twice at once, nor leave its place
+-- under its limits (a queued job holds none) while that handler runs (requeue_waiting).
 UPDATE jobs
-SET status = 'queued', run_at = greatest(now(), run_at), locked_until = NULL,
-    last_error = NULL,
+SET status = 'queued', run_at = now(), locked_until = NULL, last_error = NULL,
     max_attempts = least(2147483647, attempts::bigint + greatest(max_attempts, 1))::int
 WHERE status = 'failed'
   AND (id = ANY(%(ids)s::bigint[])
        OR (queue = %(queue)s AND last_error IS DISTINCT FROM 'cancelled'))
   AND id <> ALL(%(skip)s::bigint[])
+  AND (locked_until IS NULL OR locked_until <= now())
 RETURNING id;
+
+-- name: requeue_waiting
+-- The jobs of these ids `requeue` left failed as their place is still held (cancelled
+-- while running, their lease not ended), with when their lease ends.
+SELECT id, locked_until FROM jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'failed' AND locked_until > now()
+ORDER BY id;
 
 -- name: requeue_held
 -- The failed jobs `requeue` would bring back whose key is held, each with the job
@@ -757,29 +792,29 @@ ORDER BY id;
 -- Withdraw a queued or running job; the four statuses (queued, running, done, failed) stay the only ones.
 -- attempts stays as it is: a running job's worker then finds it no longer its own
 -- (its heartbeat, completion or failure changes nothing), and a later requeue's
--- claim gets a token that worker never held. run_at becomes when it is known to have
--- stopped (archiving judges a failed job's age by it): now for a queued job, its
--- lease's end for a running one, whose handler may run on until its worker's next
--- heartbeat (which no longer extends the lease) or until the worker is gone. Until then
--- its limits count it, and a requeue waits for it. A lease that ended already, or none
--- Python could hold (another producer's), gives now.
+-- claim gets a token that worker never held. run_at becomes now, when it was cancelled:
+-- archiving judges a failed job's age by it. A running job keeps its lease
+-- (locked_until), which its worker's heartbeats no longer extend: its handler may run
+-- on until the worker sees the cancel and the handler ends (let_go), or, if the worker
+-- is gone, until the lease ends, and until then its limits count it (limit_held) and
+-- neither requeue nor archiving takes it. A lease that ended already, or one no time
+-- ends (another producer's), is not kept.
 UPDATE jobs
-SET status = 'failed', last_error = 'cancelled', locked_until = NULL,
-    run_at = CASE WHEN status = 'running' AND locked_until > now()
-                       AND locked_until < '9999-01-01' THEN locked_until
-                  ELSE now() END
+SET status = 'failed', last_error = 'cancelled', run_at = now(),
+    locked_until = CASE WHEN status = 'running' AND locked_until > now()
+                             AND locked_until < '9999-01-01' THEN locked_until END
 WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
 
 -- name: let_go
--- Claims cancelled while running (run_at is their lease's end: see cancel) whose
--- handler has ended in their worker, or never began: their limits' places free now.
--- Only a job failed since that claim, with its run_at to come, changes.
+-- Claims cancelled while running (they keep their lease: see cancel) whose handler has
+-- ended in their worker, or never began: their limits' places free now. Only a job
+-- failed since that claim, with its lease kept, changes.
 UPDATE jobs j
-SET run_at = coalesce(%(now)s, now())
+SET locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
-  AND j.status = 'failed' AND j.run_at > coalesce(%(now)s, now());
+  AND j.status = 'failed' AND j.locked_until IS NOT NULL;
 
 -- name: age_since
 -- (A lateral subquery.) The time job j's age counts from in `stats` and `doctor`: its

@@ -164,3 +164,10 @@ CREATE TABLE IF NOT EXISTS drainer_limits (
   per_seconds float8,
   updated_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- migration: 10  flow control: the places of jobs cancelled while running
+-- A job cancelled while running keeps its lease (locked_until), and its limits count it
+-- until its handler ends or the lease does (its handler may run on): these few rows, by
+-- queue, for every limited claim, without reading the failed jobs.
+CREATE INDEX IF NOT EXISTS jobs_held_idx ON jobs (queue, locked_until)
+WHERE status = 'failed' AND locked_until IS NOT NULL;
