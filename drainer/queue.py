@@ -853,11 +853,13 @@ def extend(
 def extend_claims(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelta, *,
                   now: datetime | None = None) -> set[Token]:
     """`extend`, returning the claims (id, attempts) still ours: a batch may hold two
-    claims of one job, the older taken over."""
+    claims of one job, the older taken over. A claim cancelled while running has the
+    lease cancel kept for it extended too (its handler may run on), but is not ours."""
     if not jobs:
         return set()
     params = {**_pairs(jobs), "lease": lease, "now": now}
-    return {(row[0], row[1]) for row in sql.rows(conn, "extend", params)}
+    return {(job_id, attempts) for job_id, attempts, ours in sql.rows(conn, "extend", params)
+            if ours}
 
 
 def _guarded(
@@ -904,6 +906,9 @@ class Settled:
     failed: dict[Token, Failure]
     released: set[Token]
     claimed: list[Job]
+    # Sent again after a lost answer (settle_again), without the release: whether the
+    # first one landed is unknown (its tokens, lowered, may be another drainer's now).
+    resent: bool = False
 
 
 def _settled(rows: Iterable[tuple[Any, ...]], claimed: list[Job]) -> Settled:
@@ -1000,6 +1005,7 @@ def settle_again(
     completions and failures of the first send that had landed (else reported lost)."""
     settled = settle(conn, succeeded, failures, (), results=results, claim_next=claim_next,
                      also=also, now=now)
+    settled.resent = True
     done = [job for job in succeeded if job.token not in settled.done]
     failed = [(job, _setback(f)) for job, f in failures if job.token not in settled.failed]
     if done or failed:

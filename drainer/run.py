@@ -598,13 +598,15 @@ def _ended_lost(settled: queue.Settled, outcome: Outcome) -> list[queue.Job]:
     """The batch's claims no longer ours whose handler has ended, or never began: those
     the heartbeat found taken over, and those whose guarded completion or failure
     changed nothing. A job cancelled while running holds its limits' places until then
-    (queue.let_go). Not the unstarted jobs whose release changed nothing: after a lost
-    answer the release is not sent again, and had it landed, its tokens (lowered by
-    it) may be another drainer's now."""
-    if len(settled.done) + len(settled.failed) == len(outcome.succeeded) + len(outcome.failed):
+    (queue.let_go). Unstarted jobs whose release changed nothing too, but not after a
+    lost answer (`resent`): the release is not sent again then, and had it landed, its
+    tokens (lowered by it) may be another drainer's now."""
+    unstarted = () if settled.resent else outcome.unstarted
+    if (len(settled.done) + len(settled.failed) + len(settled.released)
+            == len(outcome.succeeded) + len(outcome.failed) + len(unstarted)):
         return outcome.ended_lost  # every write landed: the usual case, nothing built
-    written = settled.done | settled.failed.keys()
-    ended = (*outcome.succeeded, *(job for job, _ in outcome.failed))
+    written = settled.done | settled.failed.keys() | settled.released
+    ended = (*outcome.succeeded, *(job for job, _ in outcome.failed), *unstarted)
     return [*outcome.ended_lost, *(job for job in ended if job.token not in written)]
 
 

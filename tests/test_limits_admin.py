@@ -494,3 +494,75 @@ def test_before_migration_10_a_cancel_frees_the_place_at_once(conn):
     assert queue.due(conn, [], limited=[FIFO]).next_due is not None
     assert "fifo: 1 per group; 1 ready, 0 held back" in report.format_stats(report.stats(conn))
     assert claimed(conn, FIFO) == [b]
+
+
+@pytest.mark.parametrize("limit", [{"concurrency": 1}, {"per_group": 1}])
+def test_a_cancelled_handler_that_outlives_its_lease_in_a_live_drain_keeps_its_place(
+        conn, db_url, declared, limit):
+    """A sync handler that never looks at job.cancelled runs past the lease cancel kept,
+    in a drain that is alive: its heartbeats go on extending that lease, so neither the
+    next job nor a requeue of the cancelled one starts beside the handler."""
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(job: queue.Job) -> None:
+        if job.payload["long"]:
+            started.set()
+            finish.wait(30)  # a long export that never looks at job.cancelled
+
+    kind, lim = ("single", SINGLE) if "concurrency" in limit else ("fifo", FIFO)
+    task = drainer.task(kind, **limit)(handler)
+    first = drainer.enqueue(conn, kind, {"long": True}, group="g")
+    drainer.enqueue(conn, kind, {"long": False}, group="g")
+    options = drainer.Options(queues=[kind], concurrency=2, lease=timedelta(seconds=3))
+    with psycopg.connect(db_url, autocommit=True) as other:
+        worker = threading.Thread(target=drainer.drain, args=(other, {kind: task}, options))
+        worker.start()
+        try:
+            assert started.wait(30)
+            assert drainer.cancel(conn, [first]) == [first]
+            time.sleep(4.5)  # past the 3 s lease cancel kept; the handler still runs
+            assert worker.is_alive()
+            took = claimed(conn, lim)
+            requeued = drainer.requeue(conn, ids=[first])
+        finally:
+            finish.set()
+            worker.join(60)
+    assert (took, requeued) == ([], [])
+    assert held(conn, first) == ("failed", 1, False)  # let go once the handler ended
+
+
+@pytest.mark.parametrize("lease", ["'infinity'", "'9999-06-01'"])
+def test_a_failed_row_with_a_lease_no_time_ends_holds_no_place(conn, lease):
+    """Another producer's failed row that kept a lease no time ends (cancel keeps none
+    such) holds no place, can be requeued, and is archived."""
+    old = drainer.enqueue(conn, "single", {})
+    conn.execute(f"UPDATE jobs SET status = 'failed', last_error = 'gave up', "
+                 f"locked_until = {lease} WHERE id = %s", (old,))
+    m = drainer.enqueue(conn, "single", {})
+    assert claimed(conn, SINGLE) == [m]
+    assert queue.archive(conn, timedelta(days=7), failed_older_than=timedelta(0),
+                         now=conn.execute("SELECT now() + interval '1 s'").fetchone()[0]) == 1
+    again = drainer.enqueue(conn, "plain", {})
+    conn.execute(f"UPDATE jobs SET status = 'failed', locked_until = {lease} WHERE id = %s",
+                 (again,))
+    assert drainer.requeue(conn, ids=[again]) == [again]
+
+
+def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(conn):
+    """A claimed job cancelled before it started, given back by the batch's write-back
+    (whose release then changes nothing, and lowered no attempts): its place is let go
+    then, not at its lease's end, as no handler ever ran it."""
+    a = drainer.enqueue(conn, "fifo", {}, group="g")
+    b = drainer.enqueue(conn, "fifo", {}, group="g")
+    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert drainer.cancel(conn, [a]) == [a]
+    outcome = Outcome(unstarted=[ja])
+
+    class Live:  # run.Link when the session lives
+        def send(self, first, again=None):
+            return first(conn)
+
+    settled = run._settle(Live(), outcome, None, None)
+    assert queue.let_go(conn, run._ended_lost(settled, outcome)) == 1
+    assert held(conn, a) == ("failed", 1, False)
+    assert claimed(conn, FIFO) == [b]

@@ -219,12 +219,14 @@ SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'runn
 -- its worker lets it go (let_go). Found by jobs_held_idx (migration 10); no other
 -- failed job has a lease. Before migration 10, limited_sql and due swap in held_none.
 SELECT count(*) FROM jobs h
-WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now;
+WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
+  AND h.locked_until < '9999-01-01';
 
 -- name: group_held
 -- (A subquery.) limit_held for queued job j's group.
 SELECT count(*) FROM jobs h
 WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
+  AND h.locked_until < '9999-01-01'
   AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group';
 
 -- name: limit_held_until
@@ -518,15 +520,16 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts;
 
 -- name: extend
--- Lease heartbeat for jobs still running; returns the claims (id, attempts) still ours.
+-- Lease heartbeat for jobs still running; returns the claims (id, attempts) still ours,
+-- and those cancelled while running, whose lease cancel kept (their handler may run
+-- on: see cancel), which it extends too, as their handler's worker is alive.
 UPDATE jobs j
 SET locked_until = coalesce(%(now)s, now()) + %(lease)s
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
-            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
-     AS t(id, attempts, status)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
-RETURNING j.id, j.attempts;
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
+  AND (j.status = 'running' OR (j.status = 'failed' AND j.locked_until IS NOT NULL
+                                AND j.locked_until < '9999-01-01'))
+RETURNING j.id, j.attempts, j.status = 'running';
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
@@ -569,7 +572,8 @@ WHERE j.id = ANY(%(ids)s::bigint[])
 UNION ALL
 (SELECT id FROM jobs
  WHERE status = 'failed' AND run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
-   AND (locked_until IS NULL OR locked_until <= coalesce(%(now)s, now()))
+   AND (locked_until IS NULL OR locked_until <= coalesce(%(now)s, now())
+        OR locked_until >= '9999-01-01')
  LIMIT %(limit)s)
 LIMIT %(limit)s;
 
@@ -579,7 +583,8 @@ LIMIT %(limit)s;
 CASE status WHEN 'done' THEN created_at < coalesce(%(now)s, now()) - %(older_than)s
             WHEN 'failed' THEN run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
                                AND (locked_until IS NULL
-                                    OR locked_until <= coalesce(%(now)s, now()))
+                                    OR locked_until <= coalesce(%(now)s, now())
+                                    OR locked_until >= '9999-01-01')
             ELSE false END;
 
 -- name: archive_move
@@ -758,7 +763,7 @@ WHERE status = 'failed'
   AND (id = ANY(%(ids)s::bigint[])
        OR (queue = %(queue)s AND last_error IS DISTINCT FROM 'cancelled'))
   AND id <> ALL(%(skip)s::bigint[])
-  AND (locked_until IS NULL OR locked_until <= now())
+  AND (locked_until IS NULL OR locked_until <= now() OR locked_until >= '9999-01-01')
 RETURNING id;
 
 -- name: requeue_waiting
@@ -766,6 +771,7 @@ RETURNING id;
 -- while running, their lease not ended), with when their lease ends.
 SELECT id, locked_until FROM jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'failed' AND locked_until > now()
+  AND locked_until < '9999-01-01'
 ORDER BY id;
 
 -- name: requeue_held
@@ -794,11 +800,11 @@ ORDER BY id;
 -- (its heartbeat, completion or failure changes nothing), and a later requeue's
 -- claim gets a token that worker never held. run_at becomes now, when it was cancelled:
 -- archiving judges a failed job's age by it. A running job keeps its lease
--- (locked_until), which its worker's heartbeats no longer extend: its handler may run
--- on until the worker sees the cancel and the handler ends (let_go), or, if the worker
--- is gone, until the lease ends, and until then its limits count it (limit_held) and
--- neither requeue nor archiving takes it. A lease that ended already, or one no time
--- ends (another producer's), is not kept.
+-- (locked_until): its handler may run on until its worker sees the cancel and the
+-- handler ends (let_go); while it runs, the worker's heartbeats go on extending that
+-- lease (extend), and if the worker is gone, the lease runs out. Until then its limits
+-- count it (limit_held) and neither requeue nor archiving takes it. A lease that ended
+-- already, or one no time ends (another producer's), is not kept, nor counted.
 UPDATE jobs
 SET status = 'failed', last_error = 'cancelled', run_at = now(),
     locked_until = CASE WHEN status = 'running' AND locked_until > now()
