@@ -239,6 +239,7 @@ class Batch:
         refill: Refill | None = None,
         refill_at: int = 0,
         pace: Pace | None = None,
+        hold: Callable[[list[Job]], object] | None = None,
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
@@ -247,7 +248,8 @@ class Batch:
         `refill_at`: a refill also waits until that many handler slots are free (a
         drain with limited queues, whose claims take no more jobs than free slots).
         `pace`: the handlers' times so far, which this batch's add to (a drain's
-        batches share one)."""
+        batches share one). `hold(jobs)`: the heartbeat of jobs found no longer ours
+        whose handler still runs (cancelled: their places stay held until it ends)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
         self.cap = concurrency  # jobs in flight at most
@@ -257,6 +259,7 @@ class Batch:
         self.lease = lease.total_seconds()
         self.fresh_for = CONFIRM_AFTER * self.lease  # seconds a confirmation lets jobs start
         self.extend = extend
+        self.hold = hold
         self.may_start = may_start
         self.stop = stop
         self.confirmed = clock.monotonic() if confirmed is None else confirmed
@@ -553,6 +556,11 @@ class Batch:
             lost = [job for job in self.running.values() if job.token in self.lost]
         for job in lost:
             self._write_off(job)
+        if lost and self.hold is not None:
+            try:
+                self.hold(lost)
+            except DrainerError as exc:
+                log.warning("heartbeat of cancelled jobs failed (%s)", exc)
         return True
 
     def _interval(self, steady: float) -> float:

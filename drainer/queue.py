@@ -853,13 +853,19 @@ def extend(
 def extend_claims(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelta, *,
                   now: datetime | None = None) -> set[Token]:
     """`extend`, returning the claims (id, attempts) still ours: a batch may hold two
-    claims of one job, the older taken over. A claim cancelled while running has the
-    lease cancel kept for it extended too (its handler may run on), but is not ours."""
+    claims of one job, the older taken over."""
     if not jobs:
         return set()
     params = {**_pairs(jobs), "lease": lease, "now": now}
-    return {(job_id, attempts) for job_id, attempts, ours in sql.rows(conn, "extend", params)
-            if ours}
+    return {(row[0], row[1]) for row in sql.rows(conn, "extend", params)}
+
+
+def hold(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelta, *,
+         now: datetime | None = None) -> int:
+    """The heartbeat of claims cancelled while running whose handler still runs here:
+    the lease cancel kept for each (its places under its limits) is extended, as a
+    running job's. How many were."""
+    return sql.run(conn, "hold", {**_pairs(jobs), "lease": lease, "now": now}).rowcount
 
 
 def _guarded(

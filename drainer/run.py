@@ -383,6 +383,8 @@ class _Steps:
             extend=lambda js: self.link.send(
                 lambda c: queue.extend_claims(c, js, self.options.lease,
                                               now=clock.database_now())),
+            hold=lambda js: self.link.send(
+                lambda c: queue.hold(c, js, self.options.lease, now=clock.database_now())),
             may_start=self.may_start, stop=self.stop, confirmed=sent,
             # Handlers' times serve the deadline's judgement and tracing only.
             took=(self.took if self.options.deadline is not None or self.spans is not None

@@ -11,7 +11,7 @@ import pytest
 
 import drainer
 from drainer import doctor, queue, report, run, sql, testing
-from drainer.batch import Outcome
+from drainer.batch import Batch, Outcome
 from drainer.limits import Limits
 from tests.test_limits import claim_waiting_for_the_lock, limit_held
 
@@ -566,3 +566,71 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
     assert queue.let_go(conn, run._ended_lost(settled, outcome)) == 1
     assert held(conn, a) == ("failed", 1, False)
     assert claimed(conn, FIFO) == [b]
+
+
+def test_a_cancelled_job_whose_handler_ended_is_not_held_while_its_write_back_waits(
+        conn, db_url, declared):
+    """A job cancelled while running whose handler ends before a heartbeat saw the
+    cancel waits in its batch for a write-back (a limited batch writes back once a
+    quarter of its slots are free): the heartbeats of the batch's slow handlers must
+    not keep its lease, and its group, held meanwhile."""
+    finish = threading.Event()
+    started: set[int] = set()
+
+    def handler(job: queue.Job) -> None:
+        started.add(job.id)
+        if job.payload["cancel_self"]:
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                drainer.cancel(admin, [job.id])
+            return  # ended: nothing of it runs any more
+        finish.wait(60)
+
+    task = drainer.task("fifo", per_group=1)(handler)
+    a = drainer.enqueue(conn, "fifo", {"cancel_self": True}, group="g")
+    for n in range(7):
+        drainer.enqueue(conn, "fifo", {"cancel_self": False}, group=f"long{n}")
+    c = drainer.enqueue(conn, "fifo", {"cancel_self": False}, group="g")
+    # concurrency 8: a refill waits for 2 free slots, and only a's is
+    options = drainer.Options(queues=["fifo"], concurrency=8, lease=timedelta(seconds=3))
+    with psycopg.connect(db_url, autocommit=True) as other:
+        worker = threading.Thread(target=drainer.drain, args=(other, {"fifo": task}, options))
+        worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(started) < 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(started) == 8
+            time.sleep(5)  # more than the 3 s lease after a's handler ended
+            a_held, took = held(conn, a), claimed(conn, FIFO)
+        finally:
+            finish.set()
+            worker.join(60)
+    assert (a_held, took) == (("failed", 1, False), [c])
+
+
+def test_the_heartbeat_holds_no_claim_cancelled_before_its_handler_began(conn, db_url):
+    """A claimed job cancelled while it waits unstarted in its batch: the heartbeat that
+    drops it does not push forward the lease cancel kept (no handler will run it)."""
+    first = drainer.enqueue(conn, "fifo", {}, group="g1")
+    waiting = drainer.enqueue(conn, "fifo", {}, group="g2")
+    release, lease = threading.Event(), timedelta(seconds=3)
+    with psycopg.connect(db_url, autocommit=True) as worker_conn:
+        jobs = queue.claim(worker_conn, [], 10, lease, limited=[FIFO], take=10)
+        assert [j.id for j in jobs] == [first, waiting]
+        assert drainer.cancel(conn, [waiting]) == [waiting]
+        [(kept,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (waiting,))
+        batch = Batch(jobs, {"fifo": lambda job: release.wait(30)}, concurrency=1,
+                      lease=lease, extend=lambda js: queue.extend_claims(worker_conn, js, lease),
+                      hold=lambda js: queue.hold(worker_conn, js, lease),
+                      may_start=lambda job: True, stop=threading.Event())
+        done: list[Outcome] = []
+        runner = threading.Thread(target=lambda: done.append(batch.run()))
+        runner.start()
+        try:
+            time.sleep(1.6)  # a heartbeat (every second) dropped it
+            [(after,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s",
+                                      (waiting,))
+        finally:
+            release.set()
+            runner.join(30)
+    assert [j.id for j in done[0].ended_lost] == [waiting] and after == kept

@@ -520,16 +520,27 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts;
 
 -- name: extend
--- Lease heartbeat for jobs still running; returns the claims (id, attempts) still ours,
--- and those cancelled while running, whose lease cancel kept (their handler may run
--- on: see cancel), which it extends too, as their handler's worker is alive.
+-- Lease heartbeat for jobs still running; returns the claims (id, attempts) still ours.
+UPDATE jobs j
+SET locked_until = coalesce(%(now)s, now()) + %(lease)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
+            array_fill('running'::text, ARRAY[cardinality(%(ids)s::bigint[])]))
+     AS t(id, attempts, status)
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
+RETURNING j.id, j.attempts;
+
+-- name: hold
+-- The heartbeat of claims cancelled while running whose handler still runs in this
+-- worker: the lease cancel kept for them (the mark that their limits count them) is
+-- extended, as a running job's is, so their places stay held while the handler runs.
+-- Guarded by the claim's token and by the mark; a lease no time ends is none.
 UPDATE jobs j
 SET locked_until = coalesce(%(now)s, now()) + %(lease)s
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
-  AND (j.status = 'running' OR (j.status = 'failed' AND j.locked_until IS NOT NULL
-                                AND j.locked_until < '9999-01-01'))
-RETURNING j.id, j.attempts, j.status = 'running';
+  AND j.status = 'failed' AND j.locked_until IS NOT NULL
+  AND j.locked_until < '9999-01-01';
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
@@ -802,7 +813,7 @@ ORDER BY id;
 -- archiving judges a failed job's age by it. A running job keeps its lease
 -- (locked_until): its handler may run on until its worker sees the cancel and the
 -- handler ends (let_go); while it runs, the worker's heartbeats go on extending that
--- lease (extend), and if the worker is gone, the lease runs out. Until then its limits
+-- lease (hold), and if the worker is gone, the lease runs out. Until then its limits
 -- count it (limit_held) and neither requeue nor archiving takes it. A lease that ended
 -- already, or one no time ends (another producer's), is not kept, nor counted.
 UPDATE jobs
