@@ -137,8 +137,9 @@ class Features:
     """The optional parts of the schema (only `jobs` is required): whether `migrate`
     created the version table, the archive table, the done_at column, the priority
     column (and the ready index that orders by it), unique keys (the key column and
-    its unique index, which ON CONFLICT needs), the result and meta columns, and the
-    schedules table."""
+    its unique index, which ON CONFLICT needs), the result and meta columns, the
+    schedules table, flow control's table of starts, and the index of jobs cancelled
+    while running."""
 
     versioned: bool
     archive: bool

@@ -213,27 +213,27 @@ l.per_group IS NULL OR NOT j.meta ? 'group' OR (
 SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
      + (:limit_held);
 
--- name: limit_held
--- (A subquery.) Limited queue l's jobs cancelled while running whose lease has not
--- ended: cancel keeps it (locked_until) as the mark of a handler that may run on, until
--- its worker lets it go (let_go). Found by jobs_held_idx (migration 10); no other
--- failed job has a lease. Before migration 10, limited_sql and due swap in held_none.
-SELECT count(*) FROM jobs h
-WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
+-- name: held
+-- (An expression.) Whether job h of limited queue l was cancelled while running and
+-- its lease has not ended: cancel keeps it (locked_until) as the mark of a handler
+-- that may run on, until its worker lets it go (let_go). Found by jobs_held_idx
+-- (migration 10); no other failed job has a lease (one no time ends is none).
+h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
   AND h.locked_until < '9999-01-01';
+
+-- name: limit_held
+-- (A subquery.) Limited queue l's held jobs. Before migration 10, limited_sql, due and
+-- stats swap in held_none (limits.held_swaps).
+SELECT count(*) FROM jobs h WHERE (:held);
 
 -- name: group_held
 -- (A subquery.) limit_held for queued job j's group.
 SELECT count(*) FROM jobs h
-WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01'
-  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group';
+WHERE (:held) AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group';
 
 -- name: limit_held_until
--- (A subquery.) When limit_held's first lease ends (one Python can hold).
-SELECT min(h.locked_until) FROM jobs h
-WHERE h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01';
+-- (A subquery.) When limit_held's first lease ends.
+SELECT min(h.locked_until) FROM jobs h WHERE (:held);
 
 -- name: held_none
 -- (A subquery.) limit_held and group_held on a schema before migration 10: none.
