@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple, cast
 
-from . import clock
+from . import clock, db
 from .errors import DrainerError, redact
 from .queue import Job, Setback, Token, Undecodable, encode_payload
 from .tasks import Handler, Task, as_task
@@ -76,14 +76,22 @@ def _unawaited(result: object) -> Setback | None:
     return None
 
 
-def _kept(result: object) -> str | Setback:
+def _kept(result: object, codecs: Sequence[str] = ()) -> str | Setback:
     """The return value of a task that keeps results, as JSON text; a value that is
-    not JSON fails the job for good (running it again would return the same)."""
+    not JSON, or holds a character the database cannot store (`codecs`: what the text
+    must encode to, see db.codecs), fails the job for good (running it again would
+    return the same), and only that job: its batch's write-back would fail whole."""
     try:
-        return encode_payload(result)
+        text = encode_payload(result)
     except DrainerError as exc:
-        return Setback(f"TypeError: the return value cannot be kept as the job's result "
-                       f"(keep_result=True): {str(exc).removeprefix('the payload ')}", "failed")
+        return _unkept("TypeError", str(exc).removeprefix("the payload "))
+    unfit = db.unfit(text, codecs) if codecs else None
+    return text if unfit is None else _unkept("ValueError", unfit)
+
+
+def _unkept(kind: str, why: str) -> Setback:
+    return Setback(f"{kind}: the return value cannot be kept as the job's result "
+                   f"(keep_result=True): {why}", "failed")
 
 
 def describe(exc: BaseException) -> str:
@@ -240,6 +248,7 @@ class Batch:
         refill_at: int = 0,
         pace: Pace | None = None,
         hold: Callable[[list[Job]], object] | None = None,
+        codecs: Sequence[str] = (),
     ):
         """`confirmed`: when the batch's leases were last known to be ours, on the clock
         seam's monotonic scale (when the claim was sent; default now). `took(job,
@@ -249,7 +258,8 @@ class Batch:
         drain with limited queues, whose claims take no more jobs than free slots).
         `pace`: the handlers' times so far, which this batch's add to (a drain's
         batches share one). `hold(jobs)`: the heartbeat of jobs found no longer ours
-        whose handler still runs (cancelled: their places stay held until it ends)."""
+        whose handler still runs (cancelled: their places stay held until it ends).
+        `codecs`: what a kept result's text must encode to (db.codecs)."""
         self.pending = deque(jobs)
         self.tasks: dict[str, Task] = {q: as_task(q, h) for q, h in handlers.items()}
         self.cap = concurrency  # jobs in flight at most
@@ -284,6 +294,7 @@ class Batch:
         self.async_queues = {q for q, t in self.tasks.items()
                              if inspect.iscoroutinefunction(t.fn)}
         self.keeping = {q for q, t in self.tasks.items() if t.keep_result}
+        self.codecs = codecs
         self.outcome = Outcome()
         self.lock = threading.Lock()
         self.wake = clock.event()  # set when no slot is left, or a refill is due
@@ -487,7 +498,7 @@ class Batch:
         unawaited = _unawaited(result)  # work that never ran
         if unawaited is not None or job.queue not in self.keeping:
             return Ended(unawaited)
-        kept = _kept(result)
+        kept = _kept(result, self.codecs)
         return Ended(kept) if isinstance(kept, Setback) else Ended(kept=kept)
 
     def _spawn(self) -> None:

@@ -2,6 +2,7 @@
 encoding and autocommit; and what text the database's encoding can store."""
 
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import lru_cache
 
@@ -90,11 +91,39 @@ def storable(text: str, conn: psycopg.Connection) -> str:
     cannot convert would fail the statement that writes the whole batch's results.
     The connection's own encoding counts too (a user's connection may speak another).
     """
-    server = conn.info.parameter_status("server_encoding") or "SQL_ASCII"
-    for codec in (_codec(server), conn.info.encoding):
-        if codec and codec != "utf-8":
-            text = text.encode(codec, "backslashreplace").decode(codec)
+    for codec in codecs(conn):
+        text = text.encode(codec, "backslashreplace").decode(codec)
     return text
+
+
+def codecs(conn: psycopg.Connection) -> tuple[str, ...]:
+    """The Python codecs text must encode to for the database to store it, through
+    this connection: none when any text fits (a UTF-8 database, or SQL_ASCII spoken
+    to in UTF-8)."""
+    server = _codec(conn.info.parameter_status("server_encoding") or "SQL_ASCII")
+    return tuple(dict.fromkeys(c for c in (server, conn.info.encoding) if c and c != "utf-8"))
+
+
+def unfit(text: str, codecs: Sequence[str]) -> str | None:
+    """Why the database cannot store `text` (`codecs`: see above), naming the first
+    character its encoding lacks; None when it can. For text to check before a
+    statement that carries other rows too: the server would refuse them all."""
+    for codec in codecs:
+        try:
+            text.encode(codec)
+        except UnicodeEncodeError as exc:
+            char = text[exc.start]
+            return (f"the database's encoding ({_encoding_name(codec)}) cannot hold the "
+                    f"character {char!a} (U+{ord(char):04X})")
+    return None
+
+
+def _encoding_name(codec: str) -> str:
+    """PostgreSQL's name of a Python codec (iso8859-1: LATIN1), for messages."""
+    try:
+        return _encodings.py2pgenc(codec).decode()
+    except LookupError:
+        return codec
 
 
 @lru_cache(maxsize=16)

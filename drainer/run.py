@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import psycopg
 
-from . import clock, hooks, queue, schedules, tracing
+from . import clock, db, hooks, queue, schedules, tracing
 from . import tasks as tasks_
 from .batch import Batch, Land, Outcome, Pace
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
@@ -392,7 +392,7 @@ class _Steps:
             tracebacks=self.options.verbose,
             refill=self.refill if self.refills(size, len(jobs)) else None,
             refill_at=max(1, self.options.concurrency // 4) if self.limited else 0,
-            pace=self.pace)
+            pace=self.pace, codecs=db.codecs(self.link.conn))
         outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
         self.sizer.observe(started, clock.monotonic() - self.mark, full=len(jobs) == size)

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from . import clock, drivers, hooks, queue, run, schedules, sql, tasks
+from . import clock, db, drivers, hooks, queue, run, schedules, sql, tasks
 from .batch import Batch
 from .errors import ConfigError, DrainerError
 from .queue import Job
@@ -294,6 +294,7 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
             extend=lambda js: queue.extend_claims(conn, js, options.lease,
                                                   now=clock.database_now()),
             may_start=lambda job: True, stop=threading.Event(), tracebacks=options.verbose,
+            codecs=db.codecs(conn),
         ).run()
         settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
                                results=outcome.results, now=clock.database_now())

@@ -19,6 +19,7 @@ from drainer.db import connect
 from drainer.errors import BadInput
 from drainer.run import Options, Summary, drain
 from drainer.schema import migrate
+from drainer.testing import drain_now
 from tests.helpers import clean_env, count, run_cli
 
 EMOJI = "\N{GRINNING FACE}"
@@ -160,3 +161,39 @@ def test_storable_escapes_only_what_the_server_cannot_hold(server, encoding, exp
     finally:
         server.drop_database(name)
     assert text == stored == expected
+
+
+def _drain_in_transaction(conn: psycopg.Connection, task: drainer.Task) -> Summary:
+    with conn.transaction():
+        return drain_now(conn, handlers={"default": task}, in_transaction=True)
+
+
+@pytest.mark.parametrize("drained", [
+    lambda conn, task: drain(conn, {"default": task}, Options(["default"], batch_size=10)),
+    _drain_in_transaction,
+], ids=["drain", "in-transaction"])
+def test_an_unstorable_result_fails_its_job_alone(database, drained):
+    """Six kept results in one batch, one holding a character the database lacks: that
+    job fails for good, as a result that is not JSON does; the other five are done."""
+    def handler(job):
+        return {"text": EMOJI if job.payload["n"] == 3 else "café", "n": job.payload["n"]}
+
+    task = drainer.Task(handler, "default", keep_result=True)
+    with connect(database.url) as conn:
+        drainer.enqueue_many(conn, "default", [{"n": n} for n in range(6)])
+        summary = drained(conn, task)
+        rows = conn.execute("SELECT id, status, attempts, result, last_error FROM jobs "
+                            "ORDER BY id").fetchall()
+    assert len(rows) == 6
+    unstorable = {3} if not database.holds(EMOJI) else set()
+    for n, (_, status, attempts, result, error) in enumerate(rows):
+        if n in unstorable:
+            assert (status, attempts, result) == ("failed", 1, None)
+            assert error == ("ValueError: the return value cannot be kept as the job's result "
+                             "(keep_result=True): the database's encoding (LATIN1) cannot hold "
+                             f"the character '{ESCAPED_EMOJI}' (U+1F600)")
+        else:
+            assert (status, attempts, error) == ("done", 1, None)
+            assert result == {"text": EMOJI if n == 3 else "café", "n": n}
+    assert (summary.claimed, summary.done, summary.failed, summary.retried) == (
+        6, 6 - len(unstorable), len(unstorable), 0)
