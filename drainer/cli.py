@@ -594,7 +594,8 @@ def cmd_schedules(args: argparse.Namespace) -> None:
                 raise ConfigError("the database has no schedules table: run `drainer "
                                   "migrate` to add it")
             everything = sorted({*queues, *(d.queue for d in declared)})
-            schedules.reconcile(conn, declared, everything, withdraw=queues, force=True)
+            schedules.reconcile(conn, declared, everything, withdraw=queues, force=True,
+                                strict=True)
             log.info("schedules synced: %d declared, for queues %s", len(declared),
                      ", ".join(everything))
         rows = schedules.listed(conn) if queue.has_schedules(conn) else []

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 
-from . import sql
+from . import db, sql
 from .errors import ConfigError
 from .queue import DEFAULT_MAX_ATTEMPTS, Job, check_queue, encode_payload
 
@@ -231,9 +231,10 @@ def after_run(conn: psycopg.Connection, jobs: Iterable[Job], now: datetime) -> N
     completions too."""
     slotted = [(job.meta["schedule"], slot, job) for job in jobs
                if (slot := job.scheduled_for) is not None]
+    refused = _refused(conn, [_DECLARED[name] for name, _, _ in slotted if name in _DECLARED])
     for name, slot, job in sorted(slotted, key=lambda s: s[0]):
         found = _DECLARED.get(name)
-        if found is None:
+        if found is None or name in refused:  # the drain's start logged it
             continue
         sql.run(conn, "schedule_ran", {"name": found.name, "job": job.id})
         try:
@@ -245,16 +246,25 @@ def after_run(conn: psycopg.Connection, jobs: Iterable[Job], now: datetime) -> N
 
 
 def reconcile(conn: psycopg.Connection, schedules: Iterable[Schedule], queues: Sequence[str],
-              *, withdraw: Iterable[str] = (), force: bool = False,
+              *, withdraw: Iterable[str] = (), force: bool = False, strict: bool = False,
               now: datetime | None = None) -> datetime:
     """Bring the stored schedules of `queues` in line with the declared ones: a new one
     gets its next slot, a changed one (a definition no newer code retired, unless
     `force`) moves to its next slot, a due one gets what its catch-up asks for, and a
-    stored one of a queue in `withdraw` that is not declared goes. Returns the
-    database clock's now."""
-    current, stored = read(conn, queues, now)
+    stored one of a queue in `withdraw` that is not declared goes. A declared one the
+    database cannot store is left as it is stored, with an error logged (a drain's
+    other schedules and queues go on), or, when `strict` (a deploy's sync), is a
+    ConfigError before anything is written. Returns the database clock's now."""
     wanted = {s.name: s for s in schedules if s.queue in queues}
+    refused = _refused(conn, list(wanted.values()))
+    if refused and strict:
+        raise ConfigError("; ".join(f"schedule {name!r}: {why}" for name, why in refused.items()))
+    for name, why in refused.items():
+        log.error("schedule %r skipped: %s", name, why)
+    current, stored = read(conn, queues, now)
     for name, declared_ in wanted.items():
+        if name in refused:
+            continue
         found = stored.get(name)
         if found is None or found.definition != declared_.definition or found.withdrawn:
             if found is not None and not force and declared_.definition in found.retired:
@@ -270,6 +280,21 @@ def reconcile(conn: psycopg.Connection, schedules: Iterable[Schedule], queues: S
             log.info("schedule %r withdrawn: no task module of queue %r declares it",
                      name, found.queue)
     return current
+
+
+def _refused(conn: psycopg.Connection, schedules: Sequence[Schedule]) -> dict[str, str]:
+    """{name: why} of the schedules holding a character the database's encoding lacks:
+    checked before sending, as the statement refused for it would stop the drain."""
+    codecs = db.codecs(conn) if schedules else ()
+    refused: dict[str, str] = {}
+    for declared_ in schedules if codecs else ():
+        for part, text in (("name", declared_.name), ("queue", declared_.queue),
+                           ("cron expression", declared_.cron), ("time zone", declared_.tz),
+                           ("payload", encode_payload(declared_.body))):
+            if (unfit := db.unfit(text, codecs)) is not None:
+                refused[declared_.name] = f"{unfit} of its {part}"
+                break
+    return refused
 
 
 def _prior(found: Stored | None) -> dict[str, object]:

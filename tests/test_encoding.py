@@ -7,20 +7,23 @@ the first); a connection of the user's own speaks the server's encoding.
 """
 
 import json
+import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
 import drainer
+from drainer import clock, schedules
 from drainer import db as drainer_db
 from drainer.db import connect
 from drainer.errors import BadInput
 from drainer.run import Options, Summary, drain
+from drainer.schedules import Schedule
 from drainer.schema import migrate
 from drainer.testing import drain_now
-from tests.helpers import clean_env, count, run_cli
+from tests.helpers import at, clean_env, count, run_cli, summary_of
 
 EMOJI = "\N{GRINNING FACE}"
 ESCAPED_EMOJI = "\\U0001f600"  # how a LATIN1 database keeps it in last_error
@@ -197,3 +200,46 @@ def test_an_unstorable_result_fails_its_job_alone(database, drained):
             assert result == {"text": EMOJI if n == 3 else "café", "n": n}
     assert (summary.claimed, summary.done, summary.failed, summary.retried) == (
         6, 6 - len(unstorable), len(unstorable), 0)
+
+
+def test_an_unstorable_schedule_is_skipped_by_a_drain_and_refused_by_sync(latin1_db_url):
+    """A drain of every queue logs an error naming the schedule and drains the rest;
+    `schedules --sync`, a deploy step, exits 2 naming it."""
+    env = clean_env(DRAINER_DATABASE_URL=latin1_db_url)
+    with psycopg.connect(latin1_db_url, autocommit=True) as conn:
+        drainer.enqueue(conn, "unrelated", {})
+    drained = run_cli("drain", "--tasks", "smiling", env=env)
+    assert drained.returncode == 0, drained.stderr
+    assert summary_of(drained.stdout)["done"] == 1, drained.stderr
+    [line] = [line for line in drained.stderr.splitlines() if "'smile'" in line]
+    assert "skipped" in line and "LATIN1" in line and "payload" in line, line
+    synced = run_cli("schedules", "--sync", "--tasks", "smiling", env=env)
+    assert synced.returncode == 2, synced.stderr
+    assert "schedule 'smile'" in synced.stderr and "LATIN1" in synced.stderr, synced.stderr
+    assert "Traceback" not in synced.stderr
+    with psycopg.connect(latin1_db_url, autocommit=True) as conn:
+        stored = conn.execute("SELECT name FROM drainer_schedules ORDER BY name").fetchall()
+        slots = conn.execute("SELECT queue, status FROM jobs ORDER BY queue").fetchall()
+    assert stored == [("plain",)]
+    assert slots == [("plain", "queued"), ("unrelated", "done")]
+
+
+def test_a_stored_schedule_changed_to_what_cannot_be_stored_runs_as_stored(
+        latin1_db_url, declared, caplog):
+    """The slot queued by the stored definition runs; the changed one is skipped at the
+    drain's start and after the slot ran, with an error naming it, and the drain's
+    other work goes on."""
+    with connect(latin1_db_url) as conn, at(datetime(2026, 6, 1, 12, 30, tzinfo=UTC)):
+        schedules.reconcile(conn, [Schedule("s", "s", "@hourly")], ["s"],
+                            now=clock.database_now())
+        drainer.enqueue(conn, "other", {}, run_at=datetime(2026, 1, 1, tzinfo=UTC))
+    changed = Schedule("s", "s", "@hourly", payload={"face": EMOJI})
+    schedules.declare(changed)
+    with connect(latin1_db_url) as conn, at(datetime(2026, 6, 1, 13, 0, 1, tzinfo=UTC)):
+        summary = drain(conn, {"s": lambda job: None, "other": lambda job: None},
+                        Options(["s", "other"]))
+        slots = conn.execute("SELECT status, payload FROM jobs WHERE queue = 's'").fetchall()
+    assert (summary.claimed, summary.done) == (2, 2)
+    assert slots == [("done", {})]
+    [error] = [r for r in caplog.records if "'s'" in r.getMessage()]
+    assert error.levelno == logging.ERROR and "payload" in error.getMessage()
