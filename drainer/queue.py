@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple, TypedDict, Unpack, overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
@@ -102,9 +103,12 @@ class Job:
 
     @property
     def scheduled_for(self) -> datetime | None:
-        """The slot a schedule's job runs for, in the schedule's time zone (None for a
-        job no schedule enqueued, and for a meta no schedule wrote: another producer's
-        name that is not a string, or a slot that is not a time with its offset)."""
+        """The slot a schedule's job runs for, in the schedule's time zone: its ZoneInfo,
+        so that local arithmetic (a day later) crosses a daylight-saving change right;
+        the slot's fixed offset when its meta names no zone (a slot queued by an older
+        release). None for a job no schedule enqueued, and for a meta no schedule
+        wrote: another producer's name that is not a string, or a slot that is not a
+        time with its offset."""
         meta = self.meta
         named = isinstance(meta, dict) and isinstance(meta.get("schedule"), str)
         slot = meta.get("slot") if named else None
@@ -112,13 +116,38 @@ class Job:
             when = datetime.fromisoformat(slot) if isinstance(slot, str) else None
         except ValueError:  # another producer's meta: not a slot any schedule wrote
             return None
-        return when if when is not None and when.tzinfo is not None else None
+        if when is None or when.tzinfo is None:
+            return None
+        zone = _zone(meta["tz"]) if isinstance(meta.get("tz"), str) else None
+        try:
+            return when if zone is None else _in_zone(when, zone)
+        except OverflowError:  # another producer's slot at the calendar's end
+            return when
 
     @property
     def cancel_watched(self) -> bool:
         """Whether `cancelled` was looked at (its event exists), without making it: the
         batch hurries its heartbeats only for handlers that watch."""
         return self._cancelled is not None
+
+
+@lru_cache(maxsize=64)
+def _zone(name: str) -> ZoneInfo | None:
+    """The time zone a slot job's meta names; None for a name that is none (another
+    producer's meta)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
+
+
+def _in_zone(when: datetime, zone: ZoneInfo) -> datetime:
+    """`when` in `zone`, the same moment; in the hour that repeats as clocks go back,
+    the pass `when`'s offset says (a datetime subclass, freezegun's say, loses the fold
+    astimezone sets)."""
+    local = when.astimezone(zone)
+    other = local.replace(fold=1 - local.fold)
+    return other if local.utcoffset() != when.utcoffset() == other.utcoffset() else local
 
 
 class Setback(NamedTuple):

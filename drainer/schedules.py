@@ -216,7 +216,8 @@ def enqueue(conn: psycopg.Connection, declared_: Schedule, slots: Sequence[datet
     """Send the slots' jobs, if `last_slot` can still move to the last of them (and the
     stored definition is this one)."""
     params = {"name": declared_.name, "definition": declared_.definition,
-              "queue": declared_.queue, "payload": encode_payload(declared_.body),
+              "queue": declared_.queue, "tz": declared_.tz,
+              "payload": encode_payload(declared_.body),
               "max_attempts": declared_.max_attempts or DEFAULT_MAX_ATTEMPTS,
               "slots": json.dumps([[s.isoformat(), slot_key(declared_.name, s)] for s in slots])}
     return sql.run(conn, "schedule_enqueue", params)

@@ -6,7 +6,7 @@ time (`drainer.clock.database_now`, the seam every statement's `now` comes from)
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -14,6 +14,7 @@ import pytest
 
 import drainer
 from drainer import clock, schedules
+from drainer.queue import Job
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
 from tests.helpers import at, clean_env, run_cli, summary_of
@@ -274,3 +275,27 @@ def test_a_last_slot_set_to_an_infinity_by_hand_breaks_no_drain(conn, declared, 
     assert summary.stopped == "empty" and summary.done == len(slots[:1])
     assert [r[1] for r in slot_jobs(conn)] == slots
     assert shown["name"] == "h"
+
+
+def test_scheduled_for_is_in_the_schedules_zone_across_a_daylight_saving_change(
+        conn, declared):
+    """`scheduled_for` carries the schedule's ZoneInfo, not the slot's fixed offset:
+    a day later by local arithmetic is the same wall time, clocks changed or not."""
+    seen: list = []
+    noon = Schedule("noon", "noon", "0 12 * * *", "Europe/Paris")
+    run_slots(conn, noon, datetime(2026, 3, 28, 9, tzinfo=UTC), 1, seen)
+    [slot] = seen  # 2026-03-28 12:00 in Paris, the day before clocks go forward
+    assert slot.tzinfo is PARIS
+    next_day = slot + timedelta(days=1)
+    assert next_day.isoformat() == "2026-03-29T12:00:00+02:00"
+    assert next_day.astimezone(UTC) == datetime(2026, 3, 29, 10, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("zone", [None, 3, "", "Mars/Olympus", "Europe", "../etc", "a\x00b"])
+def test_a_slot_whose_zone_no_schedule_wrote_keeps_its_offset(zone):
+    """Another producer's meta: a zone that is missing or not one keeps the slot's own
+    fixed offset, never an error."""
+    meta = {"schedule": "x", "slot": "2026-05-01T02:00:00+02:00", "tz": zone}
+    slot = Job(1, "q", {}, 1, 5, meta).scheduled_for
+    assert slot is not None and slot.utcoffset() == timedelta(hours=2)
+    assert slot == datetime(2026, 5, 1, tzinfo=UTC)

@@ -1033,7 +1033,7 @@ WHERE queue = %(pending_queue)s AND key = %(pending_key)s AND status = 'queued'
 -- A schedule's slots as jobs (%(slots)s: a JSON array of [slot, key], ascending), only
 -- if its last_slot moves forward to the last of them by compare-and-set (from before
 -- the first), under this definition: a slot is enqueued once, whoever sees it and
--- however often. Each job's meta names its schedule and slot.
+-- however often. Each job's meta names its schedule, slot and time zone.
 WITH picked AS (
   SELECT (e ->> 0)::timestamptz AS slot, e ->> 0 AS slot_text, e ->> 1 AS key
   FROM jsonb_array_elements(%(slots)s::jsonb) AS e
@@ -1047,7 +1047,7 @@ WITH picked AS (
 )
 INSERT INTO jobs (queue, payload, run_at, max_attempts, key, meta)
 SELECT %(queue)s, %(payload)s::jsonb, p.slot, %(max_attempts)s, p.key,
-       jsonb_build_object('schedule', %(name)s::text, 'slot', p.slot_text)
+       jsonb_build_object('schedule', %(name)s::text, 'slot', p.slot_text, 'tz', %(tz)s::text)
 FROM picked p, moved
 ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('queued', 'running')
 DO NOTHING
