@@ -78,7 +78,7 @@ class Schedule:
             raise ConfigError(f"{where}: catch_up must be one of {', '.join(CATCH_UP)}")
         try:
             self.zone  # noqa: B018 - checks the time zone exists
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
+        except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):  # OSError: "Europe"
             raise ConfigError(f"{where}: unknown time zone {self.tz!r} (an IANA name, "
                               "e.g. Europe/Paris)") from None
         expression = SHORTHANDS.get(self.cron.strip().lower(), self.cron.strip()) if isinstance(

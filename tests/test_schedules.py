@@ -173,7 +173,7 @@ def test_a_drain_without_the_queues_module_never_withdraws(conn, declared):
 
 def test_bad_declarations_are_configuration_errors(declared):
     for bad in ({"cron": "61 * * * *"}, {"cron": "@fortnightly"}, {"tz": "Mars/Olympus"},
-                {"catch_up": "some"}, {"cron": "* * *"}):
+                {"tz": "Europe"}, {"catch_up": "some"}, {"cron": "* * *"}):
         options = {"cron": "@daily", **bad}
         with pytest.raises(drainer.ConfigError):
             drainer.schedule("x", "x", options.pop("cron"), **options)
