@@ -529,16 +529,17 @@ async def _enqueue_batch(db: drivers.Db, payloads: Iterable[object],
     encode instead of one per payload), inserted by one statement that returns their
     ids. A key a job holds already, or that another transaction takes meanwhile, fails
     the insert on the unique index: it is undone to a savepoint, the holders of the
-    keys are read, and the keys no job holds are sent again."""
-    items, order = list(payloads), list(keys)
-    doc = _checked_rows(items, order)
-    firsts: dict[str, object] = {}  # each key's first payload, in the order keys came
-    for key, payload in zip(order, items, strict=True):
-        firsts.setdefault(key, payload)
+    keys are read, and the keys no job holds are sent again.
+
+    The keys go sorted: an insert waits for a transaction that inserted the same key
+    before it, and two calls that took their keys in opposite orders would each wait
+    for the other (a deadlock, which rolls back one caller's whole transaction)."""
+    order = list(keys)
+    firsts, doc = _checked_rows(list(payloads), order)
     ids: dict[str, int] = {}
     todo = list(firsts)
     for _ in range(CONFLICT_ROUNDS):
-        if len(todo) != len(order):
+        if len(todo) != len(firsts):
             doc = _encode([[firsts[key], key] for key in todo])
         try:
             async with db.atomic():
@@ -559,9 +560,11 @@ async def _enqueue_batch(db: drivers.Db, payloads: Iterable[object],
                        "nothing was enqueued")
 
 
-def _checked_rows(payloads: list[object], keys: list[str]) -> str:
-    """The [payload, key] pairs as one JSON document jsonb accepts, or BadInput naming
-    the first bad payload or key (found one by one only when the whole fails)."""
+def _checked_rows(payloads: list[object], keys: list[str]) -> tuple[dict[str, object], str]:
+    """Each key's first payload, by key in sorted order, and those [payload, key] pairs
+    as one JSON document jsonb accepts; or BadInput naming the first bad payload or key
+    (found one by one only when the whole fails, or when a key repeats: a payload left
+    out must be valid too)."""
     if len(keys) != len(payloads):
         raise BadInput(f"keys: {len(keys)} keys for {len(payloads)} payloads (give one key "
                        "for each payload); nothing was enqueued")
@@ -570,12 +573,23 @@ def _checked_rows(payloads: list[object], keys: list[str]) -> str:
             raise BadInput(f"keys: payload {n} has no key (enqueue those without one in a "
                            "call of their own); nothing was enqueued")
         check_key(key)
+    firsts: dict[str, object] = {}
+    for key, payload in zip(keys, payloads, strict=True):
+        firsts.setdefault(key, payload)
+    if len(firsts) != len(keys):
+        _check_each(payloads)  # a payload left out must be valid too
+    firsts = {key: firsts[key] for key in sorted(firsts)}
     try:
-        return encode_payload([[p, k] for p, k in zip(payloads, keys, strict=True)])
+        return firsts, encode_payload([[p, k] for k, p in firsts.items()])
     except BadInput:
-        for _ in _encoded(payloads):  # raises, naming the payload
-            pass
+        _check_each(payloads)  # raises, naming the payload
         raise
+
+
+def _check_each(payloads: Iterable[object]) -> None:
+    """BadInput naming the first payload jsonb cannot store, if any."""
+    for _ in _encoded(payloads):
+        pass
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import psycopg
@@ -147,6 +148,8 @@ def test_enqueue_many_with_keys_is_all_or_nothing(conn):
             drainer.enqueue_many(conn, "mail", [{}, {}], keys=keys)
     with pytest.raises(drainer.BadInput, match="payload 2"):
         drainer.enqueue_many(conn, "mail", [{}, {"x": "\x00"}], keys=["a", "b"])
+    with pytest.raises(drainer.BadInput, match="payload 2"):  # its key's first payload is 1
+        drainer.enqueue_many(conn, "mail", [{}, {"x": float("nan")}], keys=["a", "a"])
     assert count(conn) == 0
 
 
@@ -166,6 +169,28 @@ def test_enqueue_many_races_one_key_from_two_transactions(conn, db_url):
         assert result and result[0][0] == first
         caller.commit()
     assert count(conn) == 2
+
+
+def test_batches_of_the_same_keys_in_opposite_orders_never_deadlock(conn, db_url):
+    """Eight transactions enqueue the same keys at once, half of them listing them the
+    other way round: each call takes its keys' locks in one order, so none waits for
+    another that waits for it. One job per key, every call answers every key's holder
+    in the order it gave the keys, and no caller's transaction is rolled back."""
+    keys = [f"k{n:04}" for n in range(1000)]
+    start = threading.Barrier(8)
+
+    def app(n: int) -> dict[str, int]:
+        mine = keys if n % 2 else keys[::-1]
+        with psycopg.connect(db_url) as caller:  # one transaction, committed at the end
+            start.wait(timeout=60)
+            ids = drainer.enqueue_many(caller, "mail", [{"by": n}] * len(mine), keys=mine)
+        return dict(zip(mine, ids, strict=True))
+
+    with ThreadPoolExecutor(8) as pool:
+        answered = list(pool.map(app, range(8)))
+    holders = dict(conn.execute("SELECT key, id FROM jobs"))
+    assert len(holders) == len(keys) == count(conn)
+    assert all(ids == holders for ids in answered)
 
 
 @pytest.mark.parametrize("key", ["nul\x00", "x" * 1001, 42])

@@ -730,8 +730,9 @@ SELECT count(*) FROM new;
 
 -- name: enqueue_keyed_batch
 -- enqueue_many with keys: the rows of one JSON array of [payload, key] pairs (its keys
--- distinct), inserted in their order; returns their ids, ascending, which is their
--- order (drawn one by one as they are inserted). No ON CONFLICT, whose speculative
+-- distinct and sorted, so that concurrent batches take the keys' locks in one order),
+-- inserted in their order; returns their ids, ascending, which is their order (drawn
+-- one by one as they are inserted). No ON CONFLICT, whose speculative
 -- insertion costs as much again per row as the insert: a key already held makes the
 -- statement fail on the unique index, and queue.enqueue_many() undoes it to a savepoint
 -- and sends the other keys again.
