@@ -14,6 +14,7 @@ from .errors import (
     AuthenticationFailed,
     BadInput,
     ConfigError,
+    Conflict,
     DatabaseUnavailable,
     DrainerError,
     NoResult,
@@ -46,10 +47,10 @@ from .schema import migrate
 from .tasks import Task, task
 
 __all__ = [
-    "AuthenticationFailed", "BadInput", "ConfigError", "Constant", "DatabaseUnavailable",
-    "DrainerError", "Exponential", "Job", "NoResult", "Options", "Retry", "SchemaMissing",
-    "Snooze", "StatementCancelled", "Summary", "Task", "__version__", "archive", "cancel",
-    "claim", "complete", "drain", "enqueue", "enqueue_async", "enqueue_many",
+    "AuthenticationFailed", "BadInput", "ConfigError", "Conflict", "Constant",
+    "DatabaseUnavailable", "DrainerError", "Exponential", "Job", "NoResult", "Options", "Retry",
+    "SchemaMissing", "Snooze", "StatementCancelled", "Summary", "Task", "__version__", "archive",
+    "cancel", "claim", "complete", "drain", "enqueue", "enqueue_async", "enqueue_many",
     "enqueue_many_async", "extend", "fail", "migrate", "next_due", "on_dead", "on_failure",
     "reap", "release", "requeue", "result", "schedule", "task",
 ]

@@ -24,7 +24,7 @@ import psycopg
 from . import __version__, clock, config, queue, schema
 from . import settings as s
 from .db import connect
-from .errors import BadInput, ConfigError, DrainerError, password_of, redact
+from .errors import CONFLICTS, BadInput, ConfigError, DrainerError, password_of, redact, translate
 from .progress import Progress, closing
 from .run import Options, Summary, drain
 from .settings import Setting, flag, nonnegative_seconds, positive_int
@@ -712,6 +712,14 @@ def _setup_logging() -> None:
     logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
+def _failed(exc: DrainerError, secret: str | None) -> int:
+    """Say what went wrong, in one line, and return the exit code."""
+    if exc.summary is not None:  # the work done before the error, as a drain reports it
+        _emit(exc.summary)
+    print(f"drainer: error: {redact(str(exc), secret)}", file=sys.stderr)
+    return exc.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script; returns the exit code."""
     _setup_logging()
@@ -723,10 +731,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         RUN[args.command](args)
         return 0
     except DrainerError as exc:
-        if exc.summary is not None:  # the work done before the error, as a drain reports it
-            _emit(exc.summary)
-        print(f"drainer: error: {redact(str(exc), secret)}", file=sys.stderr)
-        return exc.exit_code
+        return _failed(exc, secret)
+    except CONFLICTS as exc:  # as enqueue raises it, for the application's retry loop
+        return _failed(translate(exc), secret)
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except Exception:

@@ -15,9 +15,10 @@ connection's `Db` suspends; a sync one blocks instead and never suspends, so
 
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
+    AbstractContextManager,
     asynccontextmanager,
     closing,
     contextmanager,
@@ -33,7 +34,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from . import sql
-from .errors import ConfigError, DrainerError, translate, translated, unencodable
+from .errors import CONFLICTS, ConfigError, DrainerError, translate, translated, unencodable
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -66,14 +67,32 @@ def blocking(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("an enqueue on a sync connection waited for an event loop")
 
 
+def run_sync(conn: Connectable, work: Callable[["Db"], Coroutine[Any, Any, T]]) -> T:
+    """`work` done on the `Db` of the caller's sync connection (`for_sync`); what it
+    lets through (`passing`) raised as the caller's framework raises its driver's."""
+    db = for_sync(conn)
+    with db.framework:
+        return blocking(work(db))
+
+
+async def run_async(conn: Connectable, work: Callable[["Db"], Coroutine[Any, Any, T]]) -> T:
+    """`run_sync` for asyncio connections (`for_async`)."""
+    db = await for_async(conn)
+    with db.framework:
+        return await work(db)
+
+
 class Db(ABC):
     """One connection as enqueue uses it: named statements, savepoints in the caller's
     transaction, and what the schema has. Subclasses do the I/O of one driver."""
 
     copies = False  # whether it has psycopg 3's COPY (else bulk inserts go as JSON)
 
-    def __init__(self, raw: Any):
+    def __init__(self, raw: Any, framework: AbstractContextManager[None] | None = None):
         self.raw = raw  # the DB-API connection
+        # Django's or SQLAlchemy's way of raising its driver's errors, for those
+        # enqueue lets through (`passing`).
+        self.framework = framework or nullcontext()
 
     @abstractmethod
     def status(self) -> tuple[bool, int]:
@@ -164,27 +183,29 @@ class _Psycopg(Db):
 
     async def row(self, name: str, params: sql.Params = None, *,
                   first: str | None = None) -> Row | None:
-        if first is None:
-            return sql.row(self._cursor(), name, params)
-        with sql.pipeline(self.raw):
-            sql.run(self.raw, first)
-            cursor = sql.run(self._cursor(), name, params)
-        with translated():
+        cursor = self._cursor()
+        with passing():
+            if first is None:
+                cursor.execute(sql.QUERIES[name], params or {})
+            else:
+                with self.raw.pipeline():
+                    self.raw.execute(sql.QUERIES[first])
+                    cursor.execute(sql.QUERIES[name], params or {})
             return cursor.fetchone()
 
     async def send(self, *names: str) -> None:
-        with sql.pipeline(self.raw) if len(names) > 1 else nullcontext():
+        with passing(), self.raw.pipeline() if len(names) > 1 else nullcontext():
             for name in names:
-                sql.run(self.raw, name)
+                self.raw.execute(sql.QUERIES[name])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        with sql.transaction(self.raw):
+        with passing(), self.raw.transaction():
             yield
 
     async def copy(self, name: str, rows: Iterable[Sequence[object]]) -> int:
         count = 0
-        with sql.copy(self.raw, name) as copying:
+        with passing(), self.raw.cursor().copy(sql.QUERIES[name]) as copying:
             for row in rows:
                 count += 1
                 copying.write_row(row)
@@ -203,7 +224,7 @@ class _AsyncPsycopg(Db):
     async def row(self, name: str, params: sql.Params = None, *,
                   first: str | None = None) -> Row | None:
         cursor = self.raw.cursor(row_factory=tuple_row)  # as _Psycopg's
-        with translated():
+        with passing():
             if first is None:
                 await cursor.execute(sql.QUERIES[name], params or {})
             else:
@@ -213,20 +234,20 @@ class _AsyncPsycopg(Db):
             return await cursor.fetchone()
 
     async def send(self, *names: str) -> None:
-        with translated():
+        with passing():
             async with self.raw.pipeline() if len(names) > 1 else nullcontext():
                 for name in names:
                     await self.raw.execute(sql.QUERIES[name])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        with translated():
+        with passing():
             async with self.raw.transaction():
                 yield
 
     async def copy(self, name: str, rows: Iterable[Sequence[object]]) -> int:
         count = 0
-        with translated():
+        with passing():
             async with self.raw.cursor().copy(sql.QUERIES[name]) as copying:
                 for row in rows:
                     count += 1
@@ -278,17 +299,26 @@ class _Psycopg2(Db):
             self.raw.autocommit = True
 
 
+def passing() -> AbstractContextManager[None]:
+    """psycopg 3's errors translated as drainer's, but a conflict with another
+    transaction (`errors.CONFLICTS`) raised as the driver's own error, unchanged: only
+    the caller can run its transaction again, and its retry loop knows that error,
+    not drainer's."""
+    return translated(keep=CONFLICTS)
+
+
 @contextmanager
 def _foreign_errors() -> Iterator[None]:
     """Another driver's errors as drainer's: through psycopg 3's class for the same
-    SQLSTATE (or PEP 249 class), which `errors.translate` knows, kept as the cause."""
+    SQLSTATE (or PEP 249 class), which `errors.translate` knows, kept as the cause; a
+    conflict raised unchanged, as `passing` does."""
     try:
         yield
     except UnicodeEncodeError as exc:
         raise unencodable(exc) from exc
     except Exception as exc:
         twin = _twin(exc)
-        if twin is None:
+        if twin is None or isinstance(twin, CONFLICTS):
             raise
         raise translate(twin) from twin
 
@@ -325,11 +355,11 @@ def for_sync(conn: Any) -> Db:
         raise ConfigError(f"{_named(conn)} is asyncio's: await drainer.enqueue_async or "
                           "enqueue_many_async with it")
     with _foreign_errors():  # a framework's own errors, connecting or beginning
-        raw = _dbapi(conn)
+        raw, framework = _dbapi(conn)
     if isinstance(raw, psycopg.Connection):
-        return _Psycopg(raw)
+        return _Psycopg(raw, framework)
     if _has(raw, "cursor", "autocommit", "get_transaction_status"):  # psycopg 2
-        return _Psycopg2(raw)
+        return _Psycopg2(raw, framework)
     raise ConfigError(f"drainer cannot enqueue through {_named(conn)}: give it "
                       f"{SYNC_KINDS}")
 
@@ -339,32 +369,49 @@ def _is_async(conn: Any) -> bool:
         conn, "sync_session") or _has(conn, "sync_connection")
 
 
-def _dbapi(conn: Any) -> Any:
-    """The DB-API connection under a framework's, in the framework's transaction."""
+Framed: TypeAlias = tuple[Any, AbstractContextManager[None] | None]
+
+
+def _dbapi(conn: Any) -> Framed:
+    """The DB-API connection under a framework's, in the framework's transaction, and
+    the framework's way of raising that connection's errors (None: none)."""
     if isinstance(conn, psycopg.Connection):
-        return conn
+        return conn, None
     if _has(conn, "ensure_connection", "validate_no_broken_transaction"):  # Django
         conn.ensure_connection()
         conn.validate_thread_sharing()  # as its cursor() does
         conn.validate_no_broken_transaction()  # a failed statement inside atomic()
-        return conn.connection
+        return conn.connection, conn.wrap_database_errors  # as its cursors raise
     if _has(conn, "get_bind", "connection"):  # a SQLAlchemy Session
         conn = conn.connection()  # its Connection, in the Session's transaction
     if _has(conn, "exec_driver_sql", "in_transaction", "begin"):  # a SQLAlchemy Connection
         if not conn.in_transaction():
             conn.begin()  # as its own first statement would: its commit() commits the job
-        return conn.connection.driver_connection
+        return conn.connection.driver_connection, _sqlalchemy_errors(conn.dialect)
     if _has(conn, "execute", "fetchone", "connection"):  # a DB-API cursor
-        return conn.connection
-    return conn
+        return conn.connection, None
+    return conn, None
+
+
+@contextmanager
+def _sqlalchemy_errors(dialect: Any) -> Iterator[None]:
+    """The driver's errors raised as SQLAlchemy raises them for its own statements:
+    its class of the same name (OperationalError), with the driver's as `orig`."""
+    driver_error = dialect.loaded_dbapi.Error
+    try:
+        yield
+    except driver_error as exc:
+        wrapped = import_module("sqlalchemy.exc").DBAPIError.instance(
+            None, None, exc, driver_error, dialect=dialect)
+        raise wrapped from exc
 
 
 async def for_async(conn: Any) -> Db:
     """`for_sync` for asyncio connections."""
     with _foreign_errors():
-        conn = await _async_dbapi(conn)
+        conn, framework = await _async_dbapi(conn)
     if isinstance(conn, psycopg.AsyncConnection):
-        return _AsyncPsycopg(conn)
+        return _AsyncPsycopg(conn, framework)
     if isinstance(conn, psycopg.Connection | psycopg.Cursor) or _has(conn, "ensure_connection"):
         raise ConfigError(f"{_named(conn)} is synchronous: call drainer.enqueue or "
                           "enqueue_many with it")
@@ -372,14 +419,15 @@ async def for_async(conn: Any) -> Db:
                       f"give it {ASYNC_KINDS}")
 
 
-async def _async_dbapi(conn: Any) -> Any:
+async def _async_dbapi(conn: Any) -> Framed:
     """`_dbapi` for asyncio connections."""
     if _has(conn, "sync_session"):  # a SQLAlchemy AsyncSession
         conn = await conn.connection()
     if _has(conn, "sync_connection", "get_raw_connection"):  # a SQLAlchemy AsyncConnection
         if not conn.in_transaction():
             await conn.begin()
-        return (await conn.get_raw_connection()).driver_connection
+        raw = (await conn.get_raw_connection()).driver_connection
+        return raw, _sqlalchemy_errors(conn.dialect)
     if isinstance(conn, psycopg.AsyncCursor):
-        return conn.connection
-    return conn
+        return conn.connection, None
+    return conn, None

@@ -70,6 +70,20 @@ class StatementCancelled(DrainerError):
     exit_code = 3
 
 
+class Conflict(DrainerError):
+    """Another transaction's work conflicted with this one's: a deadlock, or a
+    serialization failure in a REPEATABLE READ or SERIALIZABLE transaction. The server
+    is up and undid the statement; running the transaction again can succeed. Exit
+    code 1.
+
+    Only drainer's own statements raise it: an enqueue raises the application driver's
+    own error instead (`CONFLICTS`), which the application's retry loop knows."""
+
+
+# The errors of a conflict between transactions (SQLSTATE 40001 and 40P01).
+CONFLICTS = (pg.SerializationFailure, pg.DeadlockDetected)
+
+
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
@@ -126,6 +140,8 @@ def translate(exc: psycopg.Error) -> DrainerError:
         return StatementCancelled(
             f"a statement was cancelled ({detail}): a statement timeout, a lock timeout or an "
             "administrator's cancel; the database is busy or a lock is held, see `drainer doctor`")
+    if isinstance(exc, CONFLICTS):  # an OperationalError, but the server is fine
+        return Conflict(f"conflict with another transaction, try again ({detail})")
     if isinstance(exc, pg.UntranslatableCharacter):
         return BadInput(f"the database's encoding cannot hold a character of the value ({detail})")
     if isinstance(exc, pg.DataError | pg.IntegrityError | pg.ProgramLimitExceeded):
@@ -140,11 +156,14 @@ def translate(exc: psycopg.Error) -> DrainerError:
 
 
 @contextmanager
-def translated() -> Iterator[None]:
+def translated(*, keep: tuple[type[psycopg.Error], ...] = ()) -> Iterator[None]:
     """Run a block with psycopg errors translated into DrainerError, and a value the
-    connection's encoding cannot carry (a user's LATIN1 connection) into BadInput."""
+    connection's encoding cannot carry (a user's LATIN1 connection) into BadInput;
+    errors of the classes `keep` names are raised unchanged."""
     try:
         yield
+    except keep:
+        raise
     except psycopg.Error as exc:
         raise translate(exc) from exc
     except UnicodeEncodeError as exc:

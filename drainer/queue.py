@@ -337,13 +337,14 @@ class _Options(_ManyOptions, total=False):
 async def enqueue_async(conn: drivers.Connectable, queue: str, payload: object,
                         **options: Unpack[_Options]) -> int:
     """`enqueue` on an asyncio connection (`drivers.ASYNC_KINDS`)."""
-    return (await _enqueue_keyed(await drivers.for_async(conn), queue, payload, options)).id
+    return (await drivers.run_async(
+        conn, lambda db: _enqueue_keyed(db, queue, payload, options))).id
 
 
 def enqueue_keyed(conn: drivers.Connectable, queue: str, payload: object,
                   **options: Unpack[_Options]) -> Enqueued:
     """`enqueue`, saying what it did (the CLI tells the user)."""
-    return drivers.blocking(_enqueue_keyed(drivers.for_sync(conn), queue, payload, options))
+    return drivers.run_sync(conn, lambda db: _enqueue_keyed(db, queue, payload, options))
 
 
 async def _enqueue_keyed(db: drivers.Db, queue: str, payload: object,
@@ -441,9 +442,9 @@ def enqueue_many(
     (psycopg 2) sends the payloads as one JSON document in one INSERT instead, which
     needs the columns of migration 6.
     """
-    return drivers.blocking(_enqueue_many(drivers.for_sync(conn), queue, payloads, keys, {
-        "priority": priority, "group": group, "run_at": run_at, "delay": delay,
-        "max_attempts": max_attempts, "now": now}))
+    options: _ManyOptions = {"priority": priority, "group": group, "run_at": run_at,
+                             "delay": delay, "max_attempts": max_attempts, "now": now}
+    return drivers.run_sync(conn, lambda db: _enqueue_many(db, queue, payloads, keys, options))
 
 
 @overload
@@ -457,7 +458,8 @@ async def enqueue_many_async(conn: drivers.Connectable, queue: str, payloads: It
                              *, keys: Iterable[str] | None = None,
                              **options: Unpack[_ManyOptions]) -> int | list[int]:
     """`enqueue_many` on an asyncio connection (`drivers.ASYNC_KINDS`)."""
-    return await _enqueue_many(await drivers.for_async(conn), queue, payloads, keys, options)
+    return await drivers.run_async(
+        conn, lambda db: _enqueue_many(db, queue, payloads, keys, options))
 
 
 async def _enqueue_many(db: drivers.Db, queue: str, payloads: Iterable[object],
@@ -529,7 +531,9 @@ async def _enqueue_batch(db: drivers.Db, payloads: Iterable[object],
     encode instead of one per payload), inserted by one statement that returns their
     ids. A key a job holds already, or that another transaction takes meanwhile, fails
     the insert on the unique index: it is undone to a savepoint, the holders of the
-    keys are read, and the keys no job holds are sent again.
+    keys are read, and the keys no job holds are sent again. When no holder is found,
+    a REPEATABLE READ or SERIALIZABLE transaction cannot see it: a serialization
+    failure (`batch_unseen`), as a single enqueue's.
 
     The keys go sorted: an insert waits for a transaction that inserted the same key
     before it, and two calls that took their keys in opposite orders would each wait
@@ -548,14 +552,16 @@ async def _enqueue_batch(db: drivers.Db, payloads: Iterable[object],
         except BadInput as exc:
             if not isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 raise
-            found = _first(await db.row("batch_holders", {"queue": params["queue"],
-                                                           "keys": _encode(todo)}),
-                           "batch_holders")
-            ids.update((key, job) for key, job in zip(todo, found, strict=True) if job)
-            todo = [key for key in todo if key not in ids]
-            continue
-        ids.update(zip(todo, new, strict=True))
-        return [ids[key] for key in order]
+        else:
+            ids.update(zip(todo, new, strict=True))
+            return [ids[key] for key in order]
+        found = _first(await db.row("batch_holders", {"queue": params["queue"],
+                                                       "keys": _encode(todo)}),
+                       "batch_holders")
+        if not any(found):
+            await db.send("batch_unseen")  # a holder this snapshot cannot see
+        ids.update((key, job) for key, job in zip(todo, found, strict=True) if job)
+        todo = [key for key in todo if key not in ids]
     raise DrainerError(f"keys of queue {params['queue']!r}: their holders kept changing; "
                        "nothing was enqueued")
 

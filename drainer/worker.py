@@ -18,7 +18,7 @@ from datetime import datetime
 import psycopg
 
 from . import clock, sql
-from .errors import DatabaseUnavailable
+from .errors import Conflict, DatabaseUnavailable
 from .progress import totals
 from .run import COUNTS, Options, Summary, drain
 from .settings import DEFAULT_POLL
@@ -203,6 +203,11 @@ def work(
                 _close(conn)
                 conn = _reopen(claims, exc, stop)
                 if conn is None:
+                    break
+                continue
+            except Conflict as exc:  # the drain's transaction was rolled back: drain again
+                log.warning("%s; draining again", exc)
+                if _pause(MIN_WAIT, stop):
                     break
                 continue
             if options.deadline is not None:

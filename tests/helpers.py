@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from freezegun import freeze_time
 
+import drainer
 from drainer import clock
 from drainer.cli import build_parser
 from drainer.sql import MIGRATIONS
@@ -98,6 +99,15 @@ def offered(command: str) -> set[str]:
 
 def count(conn: psycopg.Connection, where: str = "true") -> int:
     return conn.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()[0]
+
+
+def enqueue_key(how: str, target: object, key: str) -> int:
+    """The id of the job of queue mail holding `key`, through `target` (any connection
+    enqueue takes) by drainer.enqueue ("enqueue") or a batch of one ("enqueue_many")."""
+    if how == "enqueue":
+        return drainer.enqueue(target, "mail", {}, key=key)
+    [job] = drainer.enqueue_many(target, "mail", [{}], keys=[key])
+    return job
 
 
 def listeners(conn: psycopg.Connection) -> list[int]:

@@ -20,7 +20,7 @@ import pytest
 
 import drainer
 from drainer import queue
-from tests.helpers import HAND_MADE_TABLE, clean_env, count
+from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key
 
 psycopg2 = pytest.importorskip("psycopg2")
 sqlalchemy = pytest.importorskip("sqlalchemy")
@@ -138,6 +138,24 @@ def test_a_value_the_database_refuses_through_psycopg2_is_bad_input(conn, pg2):
     assert count(conn) == 0
 
 
+# A conflict: the app's REPEATABLE READ transaction takes its snapshot, then another
+# commits a job holding a key, which the app's enqueue of the key cannot see.
+CONFLICTING = ("enqueue", "enqueue_many")
+
+
+def test_a_conflict_through_psycopg2_is_psycopg2s_own_error(conn, pg2):
+    import psycopg2.errors
+
+    pg2.set_session(isolation_level="REPEATABLE READ")
+    for how in CONFLICTING:
+        pg2.cursor().execute("SELECT 1")  # the snapshot
+        enqueue_key("enqueue", conn, how)
+        with pytest.raises(psycopg2.errors.SerializationFailure):
+            enqueue_key(how, pg2, how)
+        pg2.rollback()
+    assert count(conn) == 2
+
+
 def test_connections_whose_rows_are_dicts(conn, db_url):
     """The app's row factory is its own: drainer reads its rows as tuples whatever it is."""
     from psycopg.rows import dict_row
@@ -195,6 +213,26 @@ def test_sqlalchemy_session_jobs_commit_and_roll_back_with_the_apps_row(orders, 
     assert_only_kept(orders)
 
 
+def test_a_conflict_through_sqlalchemy_is_sqlalchemys_error_of_the_drivers(conn, engine):
+    """As SQLAlchemy raises it for its own statements: its OperationalError, the
+    driver's SerializationFailure as `orig`."""
+    from sqlalchemy.orm import Session
+
+    driver = {"psycopg": psycopg.errors, "psycopg2": pytest.importorskip("psycopg2.errors")}[
+        engine.dialect.driver]
+    rr = engine.execution_options(isolation_level="REPEATABLE READ")
+    with rr.connect() as connection, Session(rr) as session:
+        for app in (connection, session):
+            for how in CONFLICTING:
+                app.execute(sqlalchemy.text("SELECT 1"))  # the snapshot
+                key = f"{type(app).__name__} {how}"
+                enqueue_key("enqueue", conn, key)
+                with pytest.raises(sqlalchemy.exc.OperationalError) as caught:
+                    enqueue_key(how, app, key)
+                assert isinstance(caught.value.orig, driver.SerializationFailure)
+                app.rollback()
+
+
 def test_a_sqlalchemy_connection_enqueue_alone_is_committed_by_its_commit(conn, engine):
     """No statement of the app's before it: the job begins the Connection's
     transaction, so the app's commit() commits it (and closing would roll it back)."""
@@ -208,7 +246,7 @@ def test_a_sqlalchemy_connection_enqueue_alone_is_committed_by_its_commit(conn, 
 # Django, on psycopg 3 and psycopg 2, each in a process of its own (its settings and
 # its choice of driver are made once per process)
 
-DJANGO_APP = """
+DJANGO_SETUP = """
 import json, sys
 url, driver = sys.argv[1], sys.argv[2]
 if driver == "psycopg2":  # Django's backend takes psycopg 2 when psycopg 3 is not importable
@@ -226,7 +264,9 @@ settings.configure(DATABASES={"default": {
 django.setup()
 from django.db import connection, transaction
 import drainer
+"""
 
+DJANGO_APP = DJANGO_SETUP + """
 class Undo(Exception):
     pass
 
@@ -262,6 +302,41 @@ def test_django_jobs_commit_and_roll_back_with_the_apps_row(orders, db_url, driv
     assert_only_kept(orders)
     assert seen["keyed"][0] == seen["keyed"][1] != seen["outside"]
     assert count(orders, "queue = 'alone'") == 2
+
+
+DJANGO_CONFLICT = DJANGO_SETUP + """
+from django.db import OperationalError
+
+seen = {}
+with psycopg.connect(url, autocommit=True) as other:
+    for key in ("enqueue", "enqueue_many"):
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cursor.execute("SELECT 1")
+                drainer.enqueue(other, "mail", {}, key=key)
+                if key == "enqueue":
+                    drainer.enqueue(connection, "mail", {}, key=key)
+                else:
+                    drainer.enqueue_many(connection, "mail", [{}], keys=[key])
+        except OperationalError as exc:
+            cause = type(exc.__cause__)
+            seen[key] = [type(exc).__module__, cause.__module__, cause.__name__]
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+def test_a_conflict_through_django_is_djangos_error_of_the_drivers(conn, db_url, driver):
+    """As Django raises it for its own statements: its OperationalError, caused by the
+    driver's SerializationFailure."""
+    pytest.importorskip("django")
+    proc = subprocess.run([sys.executable, "-c", DJANGO_CONFLICT, db_url, driver], text=True,
+                          capture_output=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    expected = ["django.db.utils", f"{driver}.errors", "SerializationFailure"]
+    assert json.loads(proc.stdout) == {"enqueue": expected, "enqueue_many": expected}
 
 
 # psycopg 3 itself, outside autocommit
@@ -457,6 +532,27 @@ def test_sqlalchemy_async_session_jobs_commit_and_roll_back(orders, async_engine
     asyncio.run(scenario())
     assert_only_kept(orders)
     assert count(orders, "queue = 'keyed'") == 1
+
+
+def test_a_conflict_through_asyncio_connections_is_their_drivers_error(conn, db_url,
+                                                                       async_engine):
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url) as app:
+            await app.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            await app.execute("SELECT 1")  # the snapshot
+            enqueue_key("enqueue", conn, "psycopg")
+            with pytest.raises(psycopg.errors.SerializationFailure):
+                await drainer.enqueue_many_async(app, "mail", [{}], keys=["psycopg"])
+        rr = async_engine.execution_options(isolation_level="REPEATABLE READ")
+        async with rr.connect() as connection:
+            await connection.execute(sqlalchemy.text("SELECT 1"))
+            enqueue_key("enqueue", conn, "sqlalchemy")
+            with pytest.raises(sqlalchemy.exc.OperationalError) as caught:
+                await drainer.enqueue_async(connection, "mail", {}, key="sqlalchemy")
+            assert isinstance(caught.value.orig, psycopg.errors.SerializationFailure)
+        await async_engine.dispose()
+
+    asyncio.run(scenario())
 
 
 # what the async functions cannot use, and the sync ones

@@ -1,5 +1,7 @@
 """Driver errors become a short hierarchy whose messages say what to do, without passwords."""
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -7,10 +9,11 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+import drainer
 from drainer import errors, queue
 from drainer.db import connect
 from tests.cluster import PASSWORD_ROLE, free_port
-from tests.helpers import clean_env, run_cli
+from tests.helpers import clean_env, run_cli, wait_until
 
 SECRET = "s3cr3t-Pa55"
 
@@ -120,3 +123,41 @@ def test_a_statement_timeout_is_a_cancelled_statement(db_url):
             jobs_locked(db_url), pytest.raises(errors.StatementCancelled) as info:
         queue.claim(conn, ["default"], 1, timedelta(seconds=1))
     assert "due to statement timeout" in str(info.value) and info.value.exit_code == 3
+
+
+def test_a_conflict_on_drainers_own_statement_is_a_conflict(conn, db_url):
+    """A job cancelled after a REPEATABLE READ transaction's snapshot: cancelling it
+    there is a serialization failure, which says to try again, not that the server
+    is down."""
+    job = drainer.enqueue(conn, "default", {})
+    with psycopg.connect(db_url) as app:
+        app.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        app.execute("SELECT 1")  # the snapshot
+        drainer.cancel(conn, [job])
+        with pytest.raises(errors.Conflict) as info:
+            drainer.cancel(app, [job])
+    assert str(info.value).startswith("conflict with another transaction, try again (")
+    assert info.value.exit_code == 1
+    assert isinstance(info.value.__cause__, psycopg.errors.SerializationFailure)
+
+
+def test_the_cli_says_a_conflict_is_one_and_exits_1(server, conn, db_url):
+    """`drainer enqueue` in a REPEATABLE READ database, its key taken by a transaction
+    that commits while the insert waits for it: the application's driver's error,
+    which enqueue lets through, said as a conflict."""
+    with server.admin() as admin:
+        admin.execute(f'ALTER DATABASE "{dbname_of(db_url)}" '
+                      "SET default_transaction_isolation = 'repeatable read'")
+    with psycopg.connect(db_url) as holder:
+        drainer.enqueue(holder, "mail", {}, key="k")
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "drainer", "enqueue", "mail", "{}", "--key", "k",
+             "--database-url", db_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env())
+        wait_until(lambda: conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'").fetchone()[0] == 1)
+    out, err = cli.communicate(timeout=60)  # the holder committed as its block ended
+    line = one_line_error(subprocess.CompletedProcess(cli.args, cli.returncode, out, err), 1)
+    assert line.startswith("drainer: error: conflict with another transaction, try again (")
+    assert out == ""

@@ -15,7 +15,7 @@ import pytest
 
 import drainer
 from drainer import queue
-from tests.helpers import HAND_MADE_TABLE, clean_env, count, run_cli, wait_until
+from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key, run_cli, wait_until
 
 LEASE = timedelta(minutes=5)
 
@@ -191,6 +191,58 @@ def test_batches_of_the_same_keys_in_opposite_orders_never_deadlock(conn, db_url
     holders = dict(conn.execute("SELECT key, id FROM jobs"))
     assert len(holders) == len(keys) == count(conn)
     assert all(ids == holders for ids in answered)
+
+
+@pytest.mark.parametrize("how", ["enqueue", "enqueue_many"])
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_a_key_taken_after_the_snapshot_is_psycopgs_serialization_failure(
+        conn, db_url, isolation, how):
+    """A job holding the key committed after the caller's snapshot, which cannot see
+    it: the enqueue fails as a serialization failure, psycopg's own error, which a
+    retry loop knows; run again, the transaction gets the holder's id."""
+    with psycopg.connect(db_url) as app:
+        app.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        app.execute("SELECT 1")  # the snapshot
+        holder = drainer.enqueue(conn, "mail", {}, key="k")
+        with pytest.raises(psycopg.errors.SerializationFailure) as caught:
+            enqueue_key(how, app, "k")
+        assert not isinstance(caught.value, drainer.DrainerError)
+        app.rollback()  # the retry loop's
+        app.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        assert enqueue_key(how, app, "k") == holder
+        app.commit()
+    assert count(conn) == 1
+
+
+def test_a_deadlock_across_a_transactions_statements_is_psycopgs_own_error(conn, db_url):
+    """Two transactions each enqueue a key, then the other's: PostgreSQL fails one of
+    them with psycopg's DeadlockDetected, which the caller's retry loop knows, and once
+    it rolled back, the other goes on."""
+    outcome: dict[int, object] = {}
+
+    def second_key(n: int, app: psycopg.Connection, key: str) -> None:
+        try:
+            outcome[n] = drainer.enqueue(app, "mail", {}, key=key)
+        except Exception as exc:  # noqa: BLE001 - kept for the assertions
+            outcome[n] = exc
+            app.rollback()
+
+    with psycopg.connect(db_url) as one, psycopg.connect(db_url) as two:
+        drainer.enqueue(one, "mail", {}, key="a")
+        drainer.enqueue(two, "mail", {}, key="b")
+        first = threading.Thread(target=second_key, args=(1, one, "b"))
+        first.start()
+        wait_until(lambda: blocked_on_a_lock(conn, one.info.backend_pid))
+        second = threading.Thread(target=second_key, args=(2, two, "a"))
+        second.start()
+        first.join(timeout=60)
+        second.join(timeout=60)
+        one.commit()
+        two.commit()
+    failed = [e for e in outcome.values() if isinstance(e, BaseException)]
+    assert len(outcome) == 2 and len(failed) == 1, outcome
+    assert type(failed[0]) is psycopg.errors.DeadlockDetected
+    assert count(conn) == 2  # the survivor's two keys
 
 
 @pytest.mark.parametrize("key", ["nul\x00", "x" * 1001, 42])

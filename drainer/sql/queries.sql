@@ -759,6 +759,23 @@ SELECT array_agg((SELECT j.id FROM jobs j
                     AND j.status IN ('queued', 'running')) ORDER BY k.n)
 FROM jsonb_array_elements_text(%(keys)s::jsonb) WITH ORDINALITY AS k(key, n);
 
+-- name: batch_unseen
+-- enqueue_many with keys: an insert failed on the unique index, and the holders read
+-- after it found none of the keys held. In READ COMMITTED the holder finished meanwhile
+-- and the keys are sent again. In REPEATABLE READ or SERIALIZABLE it is a job another
+-- transaction committed after this one's snapshot, which it will never see: the
+-- serialization failure a single enqueue gets from ON CONFLICT, for the caller to retry.
+DO $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+      MESSAGE = 'could not serialize access due to concurrent update',
+      DETAIL = 'A key is held by a job another transaction enqueued and committed after '
+               'this transaction began.';
+  END IF;
+END
+$$;
+
 -- name: requeue
 -- Failed jobs (these ids, or the queue's, less those in %(skip)s) back to queued with a
 -- fresh budget: max_attempts rises by as many as it allowed (at least one more), and
