@@ -150,6 +150,34 @@ def test_a_stale_worker_changes_nothing_after_reap_requeue_and_a_new_claim(conn)
     assert drainer.complete(conn, [current]) == {current.id}
 
 
+def test_a_reaped_workers_result_is_not_written(conn):
+    """A worker whose lease ran out writes back after its job was reaped and claimed
+    again: the row is running, as when it claimed it, with the same id, and only the
+    attempt number tells the two claims apart. The old claim's result, completion,
+    failure, heartbeat and release change nothing; the new claim's still land."""
+    drainer.enqueue(conn, "default", {})
+    [stale] = drainer.claim(conn, ["default"], 1, LEASE)
+    expire_and_reap(conn)  # below max_attempts: queued again
+    [current] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert (current.id, current.attempts) == (stale.id, stale.attempts + 1)
+
+    settled = queue.settle(conn, [stale], (), (), results={stale.token: '"stale"'})
+    assert (settled.done, settled.failed, settled.released) == (set(), {}, set())
+    assert queue.settle(conn, (), [(stale, "ValueError: stale")], ()).failed == {}
+    assert queue.settle(conn, (), [(stale, queue.Setback("ValueError: stale", "failed"))],
+                        ()).failed == {}
+    assert queue.extend_claims(conn, [stale], timedelta(hours=1)) == set()
+    assert queue.release(conn, [stale]) == set()
+    assert one(conn, "SELECT status, attempts, result, last_error, "
+                     "locked_until < now() + interval '10 minutes' FROM jobs") == (
+        "running", current.attempts, None, "lease expired", True)
+
+    assert queue.extend_claims(conn, [current], LEASE) == {current.token}
+    settled = queue.settle(conn, [current], (), (), results={current.token: '"mine"'})
+    assert settled.done == {current.token}
+    assert one(conn, "SELECT status, result FROM jobs") == ("done", "mine")
+
+
 def test_cancelling_a_running_job_leaves_its_worker_nothing_to_write(conn):
     drainer.enqueue(conn, "default", {})
     [stale] = drainer.claim(conn, ["default"], 1, LEASE)
