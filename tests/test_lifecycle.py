@@ -56,6 +56,19 @@ def test_complete_is_guarded_by_attempts(conn):
     assert one(conn, "SELECT status, locked_until FROM jobs")== ("done", None)
     assert drainer.complete(conn, [job]) == set()  # already done: no longer running
 
+    # Running again under a later claim: the same id and status, another attempt.
+    later = drainer.enqueue(conn, "default", {})
+    [old] = drainer.claim(conn, ["default"], 1, LEASE)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
+                 (later,))
+    assert drainer.reap(conn) == 1
+    [new] = drainer.claim(conn, ["default"], 1, LEASE)
+    assert (new.id, new.attempts) == (old.id, old.attempts + 1)
+    assert drainer.complete(conn, [old]) == set()
+    assert one(conn, "SELECT status, attempts FROM jobs WHERE id = %s", later) == (
+        "running", new.attempts)
+    assert drainer.complete(conn, [new]) == {later}
+
 
 def test_backoff_schedule_then_failed(conn):
     drainer.enqueue(conn, "default", {})
