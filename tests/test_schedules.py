@@ -228,6 +228,27 @@ def test_eight_drainers_around_one_slot_enqueue_it_once(conn, db_url):
     assert [r[1] for r in slot_jobs(conn)] == ["2026-08-01T12:00:00+00:00"]
 
 
+def test_the_slot_advance_refuses_a_stale_read(conn):
+    """Two drainers read the same last slot and each sends the slot after it: the
+    second's compare-and-set finds last_slot moved on and enqueues nothing. By then
+    the first's job has run, so its key is free: nothing but the compare-and-set
+    stands between that slot and a second job."""
+    hourly = Schedule("h", "h", "@hourly")
+    schedules.reconcile(conn, [hourly], ["h"], now=datetime(2026, 6, 1, 12, 30, tzinfo=UTC))
+    later = datetime(2026, 6, 1, 13, 30, tzinfo=UTC)
+    readers = [schedules.read(conn, ["h"], later)[1]["h"] for _ in range(2)]
+    slots = [hourly.due(read.last_slot, later) for read in readers]
+    assert slots == [[datetime(2026, 6, 1, 14, tzinfo=UTC)]] * 2
+
+    assert len(schedules.enqueue(conn, hourly, slots[0]).fetchall()) == 1
+    ran = drainer.claim(conn, ["h"], 10, timedelta(minutes=5), now=slots[0][0])
+    assert drainer.complete(conn, ran) == {job.id for job in ran} and len(ran) == 2
+    assert schedules.enqueue(conn, hourly, slots[1]).fetchall() == []
+    assert [r[:2] for r in slot_jobs(conn)] == [("done", "2026-06-01T13:00:00+00:00"),
+                                               ("done", "2026-06-01T14:00:00+00:00")]
+    assert schedules.read(conn, ["h"], later)[1]["h"].last_slot == slots[0][0]
+
+
 def test_the_cli_lists_and_syncs_schedules(conn, db_url):
     synced = run_cli("schedules", "--sync", "--tasks", "scheduled", "--database-url", db_url)
     assert synced.returncode == 0, synced.stderr
