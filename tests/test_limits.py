@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -25,6 +25,8 @@ from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
 
 POOL = ThreadPoolExecutor(max_workers=1)
+LEASE = timedelta(minutes=5)
+LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
 
 
 def drainers(db_url: str, count: int, *extra: str) -> list[subprocess.Popen]:
@@ -275,6 +277,56 @@ def test_groups_compare_as_text_and_a_null_group_is_none(conn):
                        take=10)
     ids = [i for (i,) in conn.execute("SELECT id FROM jobs ORDER BY id")]
     assert sorted(j.id for j in jobs) == [ids[0], ids[2], ids[3]]
+
+
+def behind_a_held_back_backlog(conn, name: str) -> Limits:
+    """Queue `name`, one job at a time per group, whose first 500 ready jobs (of
+    priority 10) belong to a group whose head runs: none of them may start, so its
+    claim looks for jobs among the groups' heads."""
+    grouped = Limits(name, per_group=1)
+    drainer.enqueue(conn, name, {}, group="busy")
+    assert len(queue.claim(conn, [], 1, LEASE, limited=[grouped], take=1)) == 1
+    drainer.enqueue_many(conn, name, [{}] * 500, priority=10, group="busy")
+    return grouped
+
+
+def claimed_ids(conn, take: int, *limited: Limits) -> list[int]:
+    return [job.id for job in queue.claim(conn, [], 100, LEASE, limited=limited, take=take)]
+
+
+@pytest.mark.parametrize("limited", [Limits("q", concurrency=1), Limits("q", rate=1,
+                                                                       per_seconds=60.0)],
+                         ids=["concurrency", "rate"])
+def test_a_limited_claim_takes_higher_priority_first(conn, limited):
+    """A limited queue with room for one job takes its highest priority, not its
+    oldest; and of several limited queues, the free handler slots go to the highest
+    priorities first, whichever queue they are in."""
+    drainer.enqueue(conn, "q", {}, run_at=LONG_AGO)
+    urgent = drainer.enqueue(conn, "q", {}, priority=5)
+    assert claimed_ids(conn, 10, limited) == [urgent]
+
+    drainer.enqueue(conn, "a", {}, run_at=LONG_AGO)
+    urgent = drainer.enqueue(conn, "b", {}, priority=5)
+    assert claimed_ids(conn, 1, Limits("a", concurrency=5), Limits("b", concurrency=5)) == [
+        urgent]
+
+
+def test_a_group_limited_claim_takes_higher_priority_first(conn):
+    """A per-group queue takes its highest priority first: among the jobs whose group
+    lets them start, among its first 500 ready jobs (more than 500 older ones of a
+    lower priority wait), and among the groups' heads when none of those may start."""
+    drainer.enqueue(conn, "first", {}, group="x", run_at=LONG_AGO)
+    urgent = drainer.enqueue(conn, "first", {}, group="y", priority=5)
+    assert claimed_ids(conn, 1, Limits("first", per_group=1)) == [urgent]
+
+    drainer.enqueue_many(conn, "ready", [{}] * 500, run_at=LONG_AGO)
+    urgent = drainer.enqueue(conn, "ready", {}, priority=5)
+    assert claimed_ids(conn, 1, Limits("ready", per_group=1)) == [urgent]
+
+    grouped = behind_a_held_back_backlog(conn, "heads")
+    drainer.enqueue(conn, "heads", {}, group="old", run_at=LONG_AGO)
+    urgent = drainer.enqueue(conn, "heads", {}, group="new", priority=5)
+    assert claimed_ids(conn, 1, grouped) == [urgent]
 
 
 @contextmanager
