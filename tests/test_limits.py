@@ -329,6 +329,29 @@ def test_a_group_limited_claim_takes_higher_priority_first(conn):
     assert claimed_ids(conn, 1, grouped) == [urgent]
 
 
+@pytest.mark.parametrize(("limited", "backlog"), [
+    (Limits("q", concurrency=20), False), (Limits("q", rate=20, per_seconds=60.0), False),
+    (Limits("q", per_group=1), False), (Limits("q", per_group=1), True),
+], ids=["concurrency", "rate", "per_group", "per_group_heads"])
+def test_a_limited_claim_skips_locked_rows(conn, db_url, limited, backlog):
+    """Another session holds three ready jobs locked in an open transaction (as a
+    drainer mid-claim does): a limited claim takes the others at once and leaves those
+    three. One that waited for them instead would wait with the queue's limits lock
+    held, and every drainer of the queue with it: here it meets the claiming session's
+    lock_timeout, and fails. (Behind a backlog, the jobs are found among the groups'
+    heads.)"""
+    if backlog:
+        behind_a_held_back_backlog(conn, "q")
+    ids = [drainer.enqueue(conn, "q", {}, group=f"g{n}" if limited.per_group else None)
+           for n in range(10)]
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url, autocommit=True) as claimer:
+        holder.execute("SELECT FROM jobs WHERE id = ANY(%s) FOR UPDATE", (ids[:3],))
+        claimer.execute("SET lock_timeout = '2s'")
+        assert sorted(claimed_ids(claimer, 20, limited)) == ids[3:]
+    assert conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'queued'",
+                        (ids[:3],)).fetchone() == (3,)
+
+
 @contextmanager
 def limit_held(db_url: str, queue_name: str) -> Iterator[psycopg.Connection]:
     """A transaction holding queue_name's limits lock, as a drainer's claim does."""
