@@ -76,12 +76,59 @@ def runs(conn):
     return conn
 
 
+GATE = """
+CREATE FUNCTION gate_first_start() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM jobs WHERE queue = NEW.queue AND status <> 'queued') THEN
+    PERFORM pg_advisory_lock_shared(hashtext('tests.gate'), 0);
+    PERFORM pg_advisory_unlock_shared(hashtext('tests.gate'), 0);
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER gate_first_start BEFORE UPDATE ON jobs FOR EACH ROW
+  WHEN (OLD.status = 'queued' AND NEW.status = 'running') EXECUTE FUNCTION gate_first_start();
+"""
+
+
+def two_claims_met(conn) -> bool:
+    """Whether a second claim has begun while the first waits at the gate: waiting for
+    the limits lock the first holds, or, not having waited for it, at the gate too."""
+    at_gate, at_limits = conn.execute(
+        "SELECT count(*) FILTER (WHERE classid = hashtext('tests.gate')::oid), "
+        "count(*) FILTER (WHERE classid = hashtext('drainer.limit')::oid) FROM pg_locks "
+        "WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2").fetchone()
+    return at_gate >= 2 or (at_gate >= 1 and at_limits >= 1)
+
+
+@contextmanager
+def second_claim_during_the_first(conn, db_url: str) -> Iterator[None]:
+    """Within: a claim that starts its queue's first job waits before its commit until
+    a second claim has begun: one waiting for the queue's limits lock, or one that
+    did not and waits at the same place (a trigger holds them at a gate)."""
+    conn.execute(GATE)
+    with psycopg.connect(db_url, autocommit=True) as gate:
+        gate.execute("SELECT pg_advisory_lock(hashtext('tests.gate'), 0)")
+        try:
+            yield
+            wait_until(lambda: two_claims_met(conn), timeout=120)
+        finally:
+            gate.execute("SELECT pg_advisory_unlock(hashtext('tests.gate'), 0)")
+
+
 def test_eight_drainers_never_run_more_than_the_concurrency_limit(runs, db_url):
-    drainer.enqueue_many(runs, "capped", [{"sleep": 0.002}] * 2000)
-    drain_until_done(runs, db_url, "capped")
+    """Eight drainers start together on a queue limited to 3 running jobs, the first
+    claim held open until a second has begun: that one must wait for the first to
+    commit, and count its jobs. Each handler runs until more than 3 run at once with
+    it, or for a bounded time, so that jobs started past the limit would overlap."""
+    drainer.enqueue_many(runs, "capped", [{"crowd": 3}] * 6)
+    with second_claim_during_the_first(runs, db_url):
+        procs = drainers(db_url, 8, "--queue", "capped")
+    finish(procs)
+    if runs.execute("SELECT count(*) FROM jobs WHERE status <> 'done'").fetchone()[0]:
+        drain_until_done(runs, db_url, "capped")
     intervals = runs.execute("SELECT started, ended FROM limit_runs WHERE queue = 'capped'"
                              ).fetchall()
-    assert len(intervals) == 2000
+    assert len(intervals) == 6
     assert most_at_once(intervals) <= 3
     assert most_at_once(intervals) == 3  # and the limit was used, not a single file
 

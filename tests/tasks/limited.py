@@ -13,7 +13,11 @@ from drainer import Constant, task
 _local = threading.local()
 RUNS = """CREATE TABLE IF NOT EXISTS limit_runs (
   queue text, job_id bigint, grp text, attempt int, started float8, ended float8,
-  claimed float8, ok boolean)"""
+  claimed float8, ok boolean);
+CREATE TABLE IF NOT EXISTS limit_crowd (
+  id bigserial PRIMARY KEY, queue text, started timestamptz DEFAULT clock_timestamp(),
+  ended timestamptz)"""
+CROWD_WAIT = 0.5  # seconds a `crowd` job waits at most for more company than its limit
 LEASE = timedelta(seconds=float(os.environ.get("LIMITED_LEASE", "300")))
 
 
@@ -40,8 +44,28 @@ def _record(job, work) -> None:
                          started, time.time(), claimed, ok))
 
 
+def _crowd(job, limit: int) -> None:
+    """Run until more than `limit` handlers of the job's queue have run at once with
+    this one, at most CROWD_WAIT seconds: under the limit, each runs that long; past
+    it, every handler of the crowd sees the others (those started past the limit
+    certainly overlap) and ends at once."""
+    [(me,)] = _conn().execute("INSERT INTO limit_crowd (queue) VALUES (%s) RETURNING id",
+                              (job.queue,)).fetchall()
+    deadline = time.monotonic() + CROWD_WAIT
+    try:
+        while time.monotonic() < deadline and _conn().execute(
+                "SELECT count(*) <= %s FROM limit_crowd c JOIN limit_crowd m ON m.id = %s "
+                "WHERE c.queue = m.queue AND (c.ended IS NULL OR c.ended > m.started)",
+                (limit, me)).fetchone()[0]:
+            time.sleep(0.01)
+    finally:
+        _conn().execute("UPDATE limit_crowd SET ended = clock_timestamp() WHERE id = %s", (me,))
+
+
 def _work(job) -> None:
     time.sleep(job.payload.get("sleep", 0))
+    if "crowd" in job.payload:
+        _crowd(job, job.payload["crowd"])
     deadline = time.monotonic() + 60
     while "wait_for" in job.payload and not os.path.exists(job.payload["wait_for"]):
         if time.monotonic() > deadline:
