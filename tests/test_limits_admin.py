@@ -437,7 +437,8 @@ def test_an_in_transaction_drain_frees_the_place_of_a_job_cancelled_under_it(con
 
 def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(conn):
     """cancel, requeue by id once the lease ended, a claim by another drainer, cancel
-    again: the first drain's let_go (its token (J, 1)) changes nothing."""
+    again: the first drain's heartbeat of its cancelled claim (hold) and its let_go
+    (its token (J, 1)) change nothing."""
     j = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
     [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
@@ -447,7 +448,11 @@ def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(con
     [jb] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert jb.token == (j, 2)
     drainer.cancel(conn, [j])
+    [(held_until,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,))
+    assert queue.hold(conn, [ja], timedelta(hours=1)) == 0
     assert queue.let_go(conn, [ja]) == 0
+    assert conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,)).fetchone() == (
+        held_until,)
     assert claimed(conn, FIFO) == []
 
 
