@@ -489,6 +489,8 @@ class Batch:
             self._carry_on()
 
     def _raised(self, job: Job, exc: BaseException) -> "Ended":
+        if isinstance(exc, clock.HandlerExit) and exc.__cause__ is not None:
+            exc = exc.__cause__  # an async handler's exit: judged and shown as a plain one's
         return Ended(self.tasks[job.queue].policy.judge(job, exc, describe(exc)),
                      traced=trace(exc) if self.tracebacks else None)
 

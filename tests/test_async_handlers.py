@@ -5,6 +5,7 @@ mid-batch, kill -9 then the reaper)."""
 
 import asyncio
 import contextvars
+import re
 import signal
 import sys
 import threading
@@ -183,10 +184,53 @@ def test_an_async_handler_that_exits_fails_its_job_and_the_loop_goes_on(conn):
     failed = drainer.enqueue(conn, "e", {}, max_attempts=1)
     summary = drain(conn, {"e": leaves}, Options(["e"]))
     assert summary.failed == 1
-    assert conn.execute("SELECT last_error FROM jobs WHERE id = %s", (failed,)).fetchone()[
-        0].startswith("HandlerExit: SystemExit: 3")
+    assert conn.execute("SELECT last_error FROM jobs WHERE id = %s", (failed,)).fetchone() == (
+        "SystemExit: 3",)
     drainer.enqueue(conn, "f", {})
     assert drain(conn, {"f": fine}, Options(["f"])).done == 1  # the loop still serves
+
+
+EXITS = {"exit": SystemExit(3), "interrupt": KeyboardInterrupt()}
+
+
+def exits_plain(job):
+    if job.payload["kind"] in EXITS:
+        raise EXITS[job.payload["kind"]]
+
+
+async def exits_async(job):
+    await asyncio.sleep(0)
+    if job.payload["kind"] in EXITS:
+        raise EXITS[job.payload["kind"]]
+
+
+def test_an_async_handlers_exit_is_recorded_and_judged_as_a_plain_handlers(conn, caplog):
+    """sys.exit and KeyboardInterrupt in an `async def` fail the job as in a plain
+    function: the same last_error, the same policy (retry_on names one of them), the
+    same log line and traceback, and the drain goes on."""
+    seen = {}
+    for name, handler in (("plain", exits_plain), ("async", exits_async)):
+        ids = {kind: drainer.enqueue(conn, name, {"kind": kind}) for kind in EXITS}
+        drainer.enqueue(conn, name, {"kind": "fine"})  # after them, on the same slot
+        caplog.clear()
+        summary = drain(conn, {name: Task(handler, name, retry_on=KeyboardInterrupt)},
+                        Options([name], concurrency=1, verbose=True))
+        rows = {kind: conn.execute("SELECT status, last_error FROM jobs WHERE id = %s",
+                                   (job_id,)).fetchone() for kind, job_id in ids.items()}
+        logs = {kind: [re.sub(r"retry at \S+", "retry at T", r.getMessage()).replace(
+                           f"job {job_id} (queue {name})", "job N")
+                       for r in caplog.records if f"job {job_id} " in r.getMessage()]
+                for kind, job_id in ids.items()}
+        seen[name] = (summary.done, summary.retried, summary.failed), rows, logs
+    assert seen["async"][:2] == seen["plain"][:2]
+    assert seen["plain"][:2] == ((1, 1, 1), {"exit": ("failed", "SystemExit: 3"),
+                                             "interrupt": ("queued", "KeyboardInterrupt: ")})
+    for kind in EXITS:
+        [plain], [in_async] = seen["plain"][2][kind], seen["async"][2][kind]
+        # The line, and the traceback's last line: what was raised, never a wrapper.
+        assert in_async.splitlines()[0] == plain.splitlines()[0]
+        assert in_async.splitlines()[-1] == plain.splitlines()[-1]
+        assert "raise EXITS[" in in_async and "HandlerExit" not in in_async
 
 
 def handler_threads() -> int:
