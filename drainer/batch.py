@@ -48,7 +48,9 @@ CANCEL_CHECK = 5.0
 # A job starts only while the lease its batch last confirmed (the claim, a heartbeat)
 # is younger than this share of the lease; past it, a heartbeat confirms first. A
 # worker paused past its lease (SIGSTOP, a long GC pause, a sleeping laptop) must not
-# start a job that was reaped and may be running elsewhere.
+# start a job that was reaped and may be running elsewhere. It is looked at on the
+# handler's own thread right before the call: a job may wait for its thread, or for
+# the event loop, longer than the lease.
 CONFIRM_AFTER = 0.5
 # One handler in this many is timed for the handlers' pace (Pace), the first included:
 # a clock read for every job costs a drain of no-op jobs a percent.
@@ -293,6 +295,9 @@ class Batch:
         # start their jobs (an awaitable from another function takes a pool thread).
         self.async_queues = {q for q, t in self.tasks.items()
                              if inspect.iscoroutinefunction(t.fn)}
+        # Each queue's handler, and whether its lease is looked at as it is called
+        # (`_call`): an `async def`'s is looked at as its coroutine starts (`_await`).
+        self.calls = {q: (t.fn, q not in self.async_queues) for q, t in self.tasks.items()}
         self.keeping = {q for q, t in self.tasks.items() if t.keep_result}
         self.codecs = codecs
         self.outcome = Outcome()
@@ -320,21 +325,22 @@ class Batch:
                 and abs(clock.wall() - self.confirmed_wall) < self.fresh_for)
 
     def _startable(self) -> Job | None:
-        """The pending job that may start next; the caller holds the lock."""
+        """The pending job that may start next; the caller holds the lock. None once the
+        leases cannot be confirmed: what is left pending is given back."""
         if (self.pending and not self.closed and self.failure is None
-                and self.may_start(self.pending[0])):
+                and not self.unconfirmable and self.may_start(self.pending[0])):
             return self.pending[0]
         return None
 
     def _take(self, without_blocking: bool = False) -> Job | None:
-        """The next job, now running, if it may start and the leases are fresh;
-        `without_blocking`: only one whose handler is an `async def` (calling it just
-        makes a coroutine), for a thread that must not block. The batch's last round
-        starting asks for a refill."""
+        """The next job, now running, if it may start; `without_blocking`: only one whose
+        handler is an `async def` (calling it just makes a coroutine), for a thread that
+        must not block. Whether its lease is fresh is looked at as its handler starts, on
+        the handler's own thread (`_call`, `_await`): a thread may stall for seconds
+        between here and there. The batch's last round starting asks for a refill."""
         with self.lock:
             job = self._startable()
-            if job is None or not self._fresh() or (
-                    without_blocking and job.queue not in self.async_queues):
+            if job is None or (without_blocking and job.queue not in self.async_queues):
                 return None
             self.pending.popleft()
             self.running[job.token] = job
@@ -345,15 +351,6 @@ class Batch:
                 self.wake.set()
             return job
 
-    def _next(self) -> Job | None:
-        """The next job, now running; a heartbeat first when the leases are not fresh
-        (`_take` looks: one look a job where they are)."""
-        job = self._take()
-        if job is None and not self.closed and not self._fresh():
-            self._confirm()
-            job = self._take()
-        return job
-
     def _confirm(self) -> None:
         """Heartbeat before starting a job whose lease may be near its end; one thread
         does it while the others wait for its answer. If it cannot be sent, no job
@@ -361,6 +358,29 @@ class Batch:
         with self.confirming:
             if not self._fresh() and not self.unconfirmable:
                 self.unconfirmable = not self._heartbeat()
+
+    def _put_back(self, job: Job) -> bool:
+        """A job taken whose lease was found stale as its handler was about to start: it
+        did not start, and waits again at the head of the batch for a heartbeat to
+        confirm it (one found lost meanwhile never starts). False when its slot was
+        written off meanwhile (a timeout, the batch's end), as `_finish`."""
+        with self.lock:
+            self.futures.pop(job.token, None)
+            if job.token in self.timed_out or self.closed:
+                return False
+            del self.running[job.token], self.started[job.token]
+            self.timing.drop(job.token)
+            if job.token in self.lost:
+                self.outcome.ended_lost.append(job)
+            else:
+                self.pending.appendleft(job)
+            return True
+
+    def _refresh(self) -> None:
+        """A slot on a pool thread whose async job was put back (`_await`): confirm the
+        leases, which the event loop's thread must not wait for, and go on."""
+        self._confirm()
+        self._work()
 
     def _finish(self, job: Job, ended: "Ended") -> bool:
         """Record a handler's result; False when it came after the job's timeout (its
@@ -404,7 +424,7 @@ class Batch:
 
     def _work(self) -> None:
         """A slot on a pool thread, which may block: sync handlers, heartbeats."""
-        self._slot(self._next, self._leave)
+        self._slot(self._take, self._leave)
 
     def _carry_on(self) -> None:
         """A slot on a thread that must not block (the event loop's, or run()'s as it
@@ -430,23 +450,32 @@ class Batch:
                 self.wake.set()
 
     def _run(self, job: Job) -> bool:
-        """Start the job's handler; True when it ended and was recorded here (the slot
-        is free for its next job), False when its work went on to the event loop (the
-        slot goes on from there) or its result came too late (the slot was written
-        off)."""
+        """Start the job's handler; True when it ended and was recorded here, or was
+        put back unstarted (the slot is free for its next job), False when its work
+        went on to the event loop (the slot goes on from there) or its result came too
+        late (the slot was written off)."""
         called = self._call(job)
         if isinstance(called, Ended):
             return self._finish(job, called)
+        if called is None:  # its lease was stale: confirm it on this pool thread first
+            if not self._put_back(job):
+                return False
+            self._confirm()
+            return True
         return self._submit(job, called)
 
-    def _call(self, job: Job) -> "Ended | Awaitable[Any]":
+    def _call(self, job: Job) -> "Ended | Awaitable[Any] | None":
         """Call the job's handler: how it ended (what went wrong, None when it
-        returned; its kept result; when asked for, the exception's traceback), or the
-        awaitable it returned."""
+        returned; its kept result; when asked for, the exception's traceback), the
+        awaitable it returned, or None when the lease was not fresh right before the
+        call (an `async def`'s is looked at as its coroutine starts, in `_await`)."""
         if isinstance(job.payload, Undecodable):
             return Ended(Setback(f"the payload cannot be loaded: {job.payload.reason}"))
+        fn, looks = self.calls[job.queue]
+        if looks and not self._fresh():
+            return None
         try:
-            result = self.tasks[job.queue].fn(job)
+            result = fn(job)
             if result is not None and inspect.isawaitable(result):  # an `async def`
                 return result
         except BaseException as exc:  # noqa: BLE001 - sys.exit in a handler is a failure too
@@ -473,6 +502,11 @@ class Batch:
         with self.lock:
             self.futures[job.token] = cast("asyncio.Task[Any]", asyncio.current_task())
             unrun = self.closed or job.token in self.timed_out or job.token in self.lost
+        if not unrun and not self._fresh():  # the task waited its turn past the lease
+            _close(awaitable)
+            if self._put_back(job):
+                clock.spawn(self._refresh)
+            return
         try:
             if unrun:
                 _close(awaitable)
@@ -654,7 +688,7 @@ class Batch:
         worth, or every one they may have (`blocked`: see Pace); the caller holds the
         lock. How many it opened."""
         self.withheld = False
-        if self.unconfirmable or self._startable() is None:
+        if self._startable() is None:
             return 0
         jobs = len(self.running) + len(self.pending)
         room = min(self.cap, jobs) - self.active

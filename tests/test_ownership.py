@@ -269,6 +269,98 @@ def test_a_paused_worker_confirms_before_starting_and_counts_each_job_once(conn,
     assert not {j.token for j in outcome.succeeded} & outcome.lost
 
 
+def take_over(conn: psycopg.Connection, job: queue.Job) -> queue.Job:
+    """Another drainer reaps `job` once its lease ran out, and claims it."""
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
+                 (job.id,))
+    drainer.reap(conn)
+    [theirs] = drainer.claim(conn, [job.queue], 1, LEASE)
+    assert theirs.id == job.id
+    return theirs
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_job_whose_lease_lapsed_before_its_turn_on_its_thread_never_starts(conn,
+                                                                             monkeypatch,
+                                                                             kind):
+    """The process pauses past the lease after a job was handed to its thread, before
+    its handler began: another drainer took the job over meanwhile. The lease is looked
+    at on the handler's own thread right before it starts (sync: on the pool thread,
+    after the batch took the job; async: on the loop, where another handler held the
+    loop first), so the job is confirmed, found lost, and never started."""
+    fake = Clock()
+    monkeypatch.setattr(clock, "wall", fake.wall)
+    drainer.enqueue_many(conn, "default", [{}] * (1 if kind == "sync" else 2))
+    jobs = drainer.claim(conn, ["default"], 2, timedelta(seconds=10))
+    late, ran, theirs, made = jobs[-1], [], [], []
+
+    def pause() -> None:
+        theirs.append(take_over(conn, late))
+        fake.now += 20  # the whole process was paused past the lease
+
+    def monotonic() -> float:
+        # Sync: the handler's thread pauses as it notes when the job it took began.
+        if (kind == "sync" and not theirs and made and late.token in made[0].running
+                and threading.current_thread().name == "drainer-handler"):
+            pause()
+        return fake.monotonic()
+
+    async def first(job):  # holds the event loop while the next job waits for its turn
+        ran.append(job.id)
+        if job is not late:
+            pause()
+
+    def handler(job):
+        ran.append(job.id)
+
+    monkeypatch.setattr(clock, "monotonic", monotonic)
+    b = batch.Batch(jobs, {"default": handler if kind == "sync" else first},
+                    concurrency=2, lease=timedelta(seconds=10),
+                    extend=lambda js: queue.extend_claims(conn, js, timedelta(seconds=10)),
+                    may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace())
+    made.append(b)
+    outcome = b.run()
+    assert theirs and ran == [j.id for j in jobs[:-1]]  # the late one never started
+    assert late.token in outcome.lost and late.token not in {j.token for j in outcome.succeeded}
+    assert one(conn, "SELECT status, attempts FROM jobs WHERE id = %s", late.id) == (
+        "running", theirs[0].attempts)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_worker_stalled_between_its_lease_check_and_the_call_changes_nothing(
+        conn, db_url, monkeypatch, kind):
+    """What no check in the process can close: its handler's thread stalls (another
+    thread holding the GIL for seconds) right after the lease was found fresh, while
+    another drainer takes the job over and finishes it. The stale worker starts the
+    handler, whose side effects happen, but its token makes its write-back change
+    nothing: the other drainer's outcome stands, and the summary counts the job lost."""
+    real_wall, stalled, ran = clock.wall, [], []
+    job_id = drainer.enqueue(conn, "default", {})
+
+    def wall() -> float:
+        read = real_wall()
+        on = "drainer-handler" if kind == "sync" else "drainer-async"
+        if not stalled and threading.current_thread().name == on:  # the check before the call
+            with connect(db_url) as other:
+                theirs = take_over(other, queue.Job(job_id, "default", {}, 1, 5))
+                assert drainer.complete(other, [theirs]) == {job_id}
+            stalled.append(theirs.attempts)
+        return read  # what the check read, before the stall
+
+    def handler(job):
+        ran.append(job.id)
+
+    async def async_handler(job):
+        ran.append(job.id)
+
+    monkeypatch.setattr(clock, "wall", wall)
+    summary = drain(conn, {"default": handler if kind == "sync" else async_handler},
+                    Options(queues=["default"]))
+    assert stalled == [2] and ran == [job_id]  # stalled, then started late
+    assert (summary.claimed, summary.done, summary.lost) == (1, 0, 1)
+    assert one(conn, "SELECT status, attempts FROM jobs") == ("done", 2)
+
+
 def test_a_fresh_batch_starts_its_jobs_without_a_heartbeat(conn):
     drainer.enqueue_many(conn, "default", [{}] * 3)
     jobs = drainer.claim(conn, ["default"], 3, LEASE)
