@@ -154,11 +154,13 @@ class Setback(NamedTuple):
     """A started job that did not complete, as `settle` writes it: the error (`Type:
     message`), where the job goes ('retry': queued again after `delay`, or failed for
     good at max_attempts; 'failed': for good at once; 'snooze': queued again after
-    `delay`, the attempt not counted) and the delay (None: the default backoff)."""
+    `delay`, the attempt not counted), the delay (None: the default backoff), and why,
+    for the log line, when the reason is not the error itself."""
 
     error: str
     then: str = "retry"
     delay: timedelta | None = None
+    why: str | None = None
 
 
 Failures = Sequence[tuple[Job, "str | Setback"]]  # a failure: its error, or a Setback

@@ -121,7 +121,7 @@ class Policy:
             asked = self.delay(job) if exc.delay is None else _asked(job, exc.delay)
             return Setback(error, "retry", asked)
         if self.retry_on is not None and not isinstance(exc, self.retry_on):
-            return Setback(error, "failed")
+            return Setback(error, "failed", why="its task's retry_on does not name this exception")
         return Setback(error, "retry", self.delay(job))
 
 

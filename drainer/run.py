@@ -636,8 +636,7 @@ def _log_failure(job: queue.Job, setback: queue.Setback, failure: queue.Failure,
     job failed for good an error. `traced` (--verbose) follows, indented."""
     retry = failure.status == "queued"
     then = (f"retry at {failure.run_at.isoformat()}" if retry else "failed for good" + (
-        " (its task's retry_on does not name this exception)" if setback.then == "failed"
-        else ""))
+        f" ({setback.why})" if setback.why else ""))
     error = setback.error
     shown = error.replace("\r", "\\r").replace("\n", "\\n")
     # A hand-made table may hold a NULL max_attempts, which the fail statement reads as 5.

@@ -321,7 +321,7 @@ def test_a_result_survives_archiving(conn):
     assert drainer.result(conn, job_id) == [job_id]
 
 
-def test_a_result_that_is_not_json_fails_the_job_for_good(conn):
+def test_a_result_that_is_not_json_fails_the_job_for_good(conn, caplog):
     task = Task(lambda job: {1, 2}, "set", keep_result=True, max_attempts=5)
     job_id, summary = run(conn, task)
     assert summary.failed == 1
@@ -330,6 +330,8 @@ def test_a_result_that_is_not_json_fails_the_job_for_good(conn):
     assert failed["last_error"].startswith(
         "TypeError: the return value cannot be kept as the job's result (keep_result=True)")
     assert failed["result"] is None
+    # the log says why as the error does, not that retry_on left the exception out
+    assert "failed for good\n" in caplog.text + "\n" and "retry_on" not in caplog.text
 
 
 def test_a_stale_worker_writes_no_result(conn):
