@@ -87,6 +87,16 @@ def drain_session(server, dbname: str) -> tuple:
     return rows[0]
 
 
+def idle_for(server, dbname: str, seconds: float) -> bool:
+    """Whether the drain's one session has sent nothing for `seconds` by the database
+    clock (since its last state change)."""
+    with server.admin() as admin:
+        return admin.execute(
+            "SELECT clock_timestamp() - state_change >= make_interval(secs => %s) "
+            "FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+            (seconds, dbname, APPLICATION_NAME)).fetchone()[0]
+
+
 def ended_sessions(server, dbname: str, at_least: int) -> int:
     """Sessions of `dbname` that have ended, once `at_least` have and none is connected
     (a backend's statistics arrive as it exits)."""
@@ -126,7 +136,9 @@ def test_the_run_is_active_only_while_its_handlers_and_its_sql_run(server, db_ur
             assert statements(server, name) == 2 + 2 * i
             first = drain_session(server, name)
             assert first[:2] == ("idle", False)  # not "idle in transaction"
-            time.sleep(0.2)  # a while for anything the drain might send meanwhile
+            # A while for anything the drain might send meanwhile: were it sent, the
+            # counts and the state change below would differ.
+            wait_until(lambda: idle_for(server, name, 0.2))
             assert statements(server, name) == 2 + 2 * i
             assert drain_session(server, name) == first  # not even a state change
             finish[i].touch()

@@ -13,6 +13,7 @@ import drainer
 from drainer import doctor, queue, report, run, sql, testing
 from drainer.batch import Batch, Outcome
 from drainer.limits import Limits
+from tests.helpers import wait_until
 from tests.test_limits import claim_waiting_for_the_lock, limit_held
 
 LEASE = timedelta(minutes=5)
@@ -579,7 +580,7 @@ def test_a_cancelled_job_whose_handler_ended_is_not_held_while_its_write_back_wa
     cancel waits in its batch for a write-back (a limited batch writes back once a
     quarter of its slots are free): the heartbeats of the batch's slow handlers must
     not keep its lease, and its group, held meanwhile."""
-    finish = threading.Event()
+    finish, a_ended = threading.Event(), threading.Event()
     started: set[int] = set()
 
     def handler(job: queue.Job) -> None:
@@ -587,6 +588,7 @@ def test_a_cancelled_job_whose_handler_ended_is_not_held_while_its_write_back_wa
         if job.payload["cancel_self"]:
             with psycopg.connect(db_url, autocommit=True) as admin:
                 drainer.cancel(admin, [job.id])
+            a_ended.set()
             return  # ended: nothing of it runs any more
         finish.wait(60)
 
@@ -601,11 +603,14 @@ def test_a_cancelled_job_whose_handler_ended_is_not_held_while_its_write_back_wa
         worker = threading.Thread(target=drainer.drain, args=(other, {"fifo": task}, options))
         worker.start()
         try:
-            deadline = time.monotonic() + 30
-            while len(started) < 8 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert len(started) == 8
-            time.sleep(5)  # more than the 3 s lease after a's handler ended
+            wait_until(lambda: len(started) == 8 and a_ended.is_set())
+            # By the database clock: a's lease, as it was when its handler ended, has
+            # run out, and a heartbeat came since (it pushed the running jobs' leases
+            # past that end).
+            [kept] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", [a]).fetchone()
+            wait_until(lambda: conn.execute(
+                "SELECT now() > %s AND min(locked_until) > %s FROM jobs "
+                "WHERE status = 'running' AND id <> %s", [kept, kept, a]).fetchone()[0])
             a_held, took = held(conn, a), claimed(conn, FIFO)
         finally:
             finish.set()

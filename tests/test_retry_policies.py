@@ -3,7 +3,7 @@ real PostgreSQL: each delay is checked against the run_at the database wrote."""
 
 import math
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -14,7 +14,7 @@ from drainer import queue
 from drainer.retry import MAX_DELAY, MIN_SNOOZE, clamp
 from drainer.run import Options, drain
 from drainer.tasks import Task
-from tests.helpers import HAND_MADE_TABLE, run_cli, summary_of
+from tests.helpers import HAND_MADE_TABLE, at, run_cli, summary_of
 
 
 def row(conn: psycopg.Connection, job_id: int) -> dict:
@@ -72,11 +72,14 @@ def test_each_backoff_policy_writes_its_delay(conn, backoff, waits):
 def test_jitter_takes_up_to_its_share_off_the_delay(conn):
     task = Task(failing(RuntimeError("down")), "j", backoff=drainer.Exponential(jitter=0.5))
     ids = task.enqueue_many(conn, [{}] * 40)
-    drain(conn, {"j": task}, Options(["j"]))
+    failed_at = datetime.now(UTC) + timedelta(hours=1)  # the database's now, for the drain
+    with at(failed_at):
+        drain(conn, {"j": task}, Options(["j"]))
     waits = [w for (w,) in conn.execute(
-        "SELECT extract(epoch FROM run_at - now())::float8 FROM jobs WHERE status = 'queued'")]
+        "SELECT extract(epoch FROM run_at - %s)::float8 FROM jobs WHERE status = 'queued'",
+        [failed_at])]
     assert len(waits) == ids
-    assert all(9.5 <= w <= 20.5 for w in waits)
+    assert all(10 <= w <= 20 for w in waits)  # 20 s, less up to half of it
     assert max(waits) - min(waits) > 1  # not one delay for all
 
 
