@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.speed import __main__ as speed
 from bench.speed import report, venvs
 from bench.speed.systems import ASYNC_IO, IO_FIGURES, Drainer, Handwritten, PgQueuer, System
@@ -29,6 +31,7 @@ def tiny_run(tmp_path, *args: str) -> tuple[dict, str]:
     return json.loads(out.read_text()), proc.stdout
 
 
+@pytest.mark.timeout(900)  # nearly 2 minutes on a busy machine; its run may take 600 s
 def test_a_tiny_run_measures_every_figure_and_every_goal(tmp_path):
     results, stdout = tiny_run(tmp_path, "--jobs", "300", "--sleep-jobs", "40",
                                "--enqueue-rows", "500", "--finished", "2000",

@@ -11,8 +11,10 @@ from tests import soak
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)  # past the soak's own bound, so its verdict says what stalled
 def test_nothing_is_lost_or_done_twice_under_faults():
-    result = soak.run(soak.Config(drainers=4, jobs=5_000,
+    # About 2.5 minutes on 2 cores; calling it stalled at 15 keeps a stall's CI short.
+    result = soak.run(soak.Config(drainers=4, jobs=5_000, timeout=900,
                                   pg_bin=os.environ.get("DRAINER_TEST_PG_BIN") or None))
     print(result.verdict)
     assert result.ok, "\n".join([result.verdict, *result.problems])
