@@ -20,7 +20,7 @@ from drainer import schedules, testing
 from drainer.schema import migrate
 from tests import pgbouncer
 from tests.cluster import Cluster
-from tests.helpers import REQUIRABLE, REQUIRE, unavailable
+from tests.helpers import KNOWN, REQUIRABLE, REQUIRE, unavailable
 
 # Our fixtures are the plugin's users get (drainer_server, drainer_db, drainer_conn),
 # with the session's server overridden below for the suite's own cluster.
@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     unknown = sorted(n for n in REQUIRE if not REQUIRABLE.fullmatch(n))
     if unknown:
         raise pytest.UsageError(f"DRAINER_TEST_REQUIRE: unknown {unknown}; "
-                                "known: pgbouncer, matplotlib, awslambdaric, pgNN (e.g. pg15)")
+                                f"known: {', '.join(KNOWN)}, pgNN (e.g. pg15)")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ want of a tool. Fixtures live in the conftest.py files; test modules import
 helpers from here, never from one another."""
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -14,7 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from types import ModuleType
+from typing import NoReturn, TypeVar
 
 import freezegun
 import psycopg
@@ -35,11 +37,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # skip for want of one fails instead, so a run cannot pass without that coverage.
 # pgbouncer: the binary, for the transaction-pooler tests; matplotlib: the `bench`
 # extra, for the simulator's chart; awslambdaric: AWS's runtime interface client, which
-# runs the Lambda function as Lambda does; pgNN (pg15, pg18): the session's server is
-# that major version (the run really is on the PostgreSQL it is meant to be).
+# runs the Lambda function as Lambda does; pg_stat_statements: preloaded by the server,
+# for the tests that count statements; password: a server that asks a password over
+# TCP (of tests.cluster's PASSWORD_ROLE), for the authentication tests; drivers:
+# psycopg 2 and SQLAlchemy (with greenlet), for the other drivers' tests; django:
+# Django (before 6 with the django-tasks backport), for its tests; pgNN (pg15, pg18):
+# the session's server is that major version (the run really is on the PostgreSQL it
+# is meant to be).
 REQUIRE = frozenset(filter(None, (n.strip() for n in
                                   os.environ.get("DRAINER_TEST_REQUIRE", "").split(","))))
-REQUIRABLE = re.compile(r"pgbouncer|matplotlib|awslambdaric|pg\d+")
+KNOWN = ("pgbouncer", "matplotlib", "awslambdaric", "pg_stat_statements", "password",
+         "drivers", "django")
+REQUIRABLE = re.compile("|".join([*KNOWN, r"pg\d+"]))
 
 # The first migration: the jobs table and index as users made it by hand before
 # `migrate` existed, which migrate and every command must still accept.
@@ -49,12 +58,24 @@ HAND_MADE_TABLE = MIGRATIONS[1]
 DATABASE_OPTIONS = {"-h", "--help", "--database-url", "--no-prepare"}
 
 
-def unavailable(name: str, why: str) -> None:
-    """Skip the test for want of `name`, or fail it when DRAINER_TEST_REQUIRE names it."""
+def unavailable(name: str, why: str) -> NoReturn:
+    """Skip the test for want of `name`, or fail it when DRAINER_TEST_REQUIRE names it.
+    At a module's top, the whole module: skipped, or an error collecting it."""
     __tracebackhide__ = True  # report the test's line, not this one
     if name in REQUIRE:
         pytest.fail(f"{why} (DRAINER_TEST_REQUIRE={name})", pytrace=False)
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=True)
+
+
+def require_module(module: str, name: str) -> ModuleType:
+    """`module`, imported; `unavailable(name)` when it cannot be (pytest.importorskip,
+    held to DRAINER_TEST_REQUIRE)."""
+    __tracebackhide__ = True
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        why = f"{module} cannot be imported ({exc}); pip install -e '.[dev]'"
+    unavailable(name, why)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

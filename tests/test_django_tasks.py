@@ -14,11 +14,11 @@ from datetime import datetime
 import psycopg
 import pytest
 
-from tests.helpers import clean_env, run_cli
+from tests.helpers import clean_env, require_module, run_cli
 
-django = pytest.importorskip("django")
+django = require_module("django", "django")
 if django.VERSION < (6,):
-    pytest.importorskip("django_tasks")
+    require_module("django_tasks", "django")  # Django 6's Tasks framework, backported
 
 SETTINGS = "tests.djangoproject.settings"
 

@@ -20,10 +20,10 @@ import pytest
 
 import drainer
 from drainer import queue
-from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key
+from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key, require_module
 
-psycopg2 = pytest.importorskip("psycopg2")
-sqlalchemy = pytest.importorskip("sqlalchemy")
+psycopg2 = require_module("psycopg2", "drivers")
+sqlalchemy = require_module("sqlalchemy", "drivers")
 
 LEASE = timedelta(minutes=5)
 ORDERS = "CREATE TABLE orders (note text NOT NULL)"
@@ -293,7 +293,7 @@ print(json.dumps({"driver": type(connection.connection).__module__,
 
 @pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
 def test_django_jobs_commit_and_roll_back_with_the_apps_row(orders, db_url, driver):
-    pytest.importorskip("django")
+    require_module("django", "django")
     proc = subprocess.run([sys.executable, "-c", DJANGO_APP, db_url, driver], text=True,
                           capture_output=True, env=clean_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -487,8 +487,8 @@ def test_task_objects_enqueue_asynchronously_with_their_defaults(conn, db_url):
 
 @pytest.fixture
 def async_engine(db_url: str) -> Any:
-    asyncio_api = pytest.importorskip("sqlalchemy.ext.asyncio")
-    pytest.importorskip("greenlet")  # SQLAlchemy's asyncio API runs on it
+    asyncio_api = require_module("sqlalchemy.ext.asyncio", "drivers")
+    require_module("greenlet", "drivers")  # SQLAlchemy's asyncio API runs on it
     return asyncio_api.create_async_engine(sqlalchemy_url(db_url, "psycopg"))
 
 

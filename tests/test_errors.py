@@ -13,7 +13,7 @@ import drainer
 from drainer import errors, queue
 from drainer.db import connect
 from tests.cluster import PASSWORD_ROLE, free_port
-from tests.helpers import clean_env, run_cli, wait_until
+from tests.helpers import clean_env, run_cli, unavailable, wait_until
 
 SECRET = "s3cr3t-Pa55"
 
@@ -38,7 +38,7 @@ def test_wrong_password_is_authentication_failed(server, db_url):
         assert "password" in str(exc) and SECRET not in str(exc)
         assert exc.exit_code == 3
     else:
-        pytest.skip("this server does not ask for passwords over TCP")
+        unavailable("password", "this server does not ask for passwords over TCP")
 
 
 def test_missing_table_is_schema_missing(empty_db_url):

@@ -5,11 +5,10 @@ sends nothing while a handler runs and only its own statements in between."""
 import time
 
 import psycopg
-import pytest
 
 import drainer
 from drainer.db import APPLICATION_NAME, connect
-from tests.helpers import drainer_process, run_cli, summary_of, wait_until
+from tests.helpers import drainer_process, run_cli, summary_of, unavailable, wait_until
 
 
 def sessions(server, dbname: str) -> list[str]:
@@ -49,7 +48,8 @@ def reset_statement_counts(server) -> None:
             admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             admin.execute("SELECT pg_stat_statements_reset()")
         except psycopg.Error:
-            pytest.skip("pg_stat_statements is not preloaded on this server")
+            unavailable("pg_stat_statements",
+                        "pg_stat_statements is not preloaded on this server")
 
 
 def test_an_empty_queue_run_sends_at_most_4_statements(server, db_url):

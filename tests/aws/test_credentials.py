@@ -12,6 +12,7 @@ from drainer.aws.credentials import Credentials
 from handlers.aws_lambda import handler
 from tests.aws.helpers import REGION, FakeContext, make_secret, secrets
 from tests.cluster import PASSWORD_ROLE
+from tests.helpers import unavailable
 
 RDS_SECRET = {"engine": "postgres", "username": "app", "password": "pw-1", "host": "db.internal",
               "port": 5432, "dbname": "jobs", "dbInstanceIdentifier": "db"}
@@ -103,7 +104,7 @@ def test_a_rotated_secret_is_read_again_when_the_server_refuses_the_cached_one(
     monkeypatch.setenv("DRAINER_DATABASE_SECRET_ARN", arn)
     try:
         psycopg.connect(server.url(info["dbname"], PASSWORD_ROLE, "wrong")).close()
-        pytest.skip("this server does not ask for passwords over TCP")
+        unavailable("password", "this server does not ask for passwords over TCP")
     except psycopg.OperationalError:
         pass
     enqueue(conn, "aws", {})
