@@ -11,9 +11,12 @@ import sys
 import time
 from datetime import datetime, timedelta
 
+import pytest
+
 import drainer
 from drainer.db import connect
 from drainer.run import Options, drain
+from tests.helpers import HAND_MADE_TABLE
 
 NAIVE = """
 UPDATE jobs SET status = 'done', attempts = attempts + 1
@@ -68,28 +71,42 @@ def test_our_claim_gives_each_job_to_exactly_one_worker(db_url, tmp_path):
     assert race(db_url, "ours", tmp_path) == {"done": (10_000, 1)}
 
 
-def test_a_drain_skips_rows_another_session_holds_locked(conn, db_url):
+@pytest.fixture(params=["migrated", "hand_made"])
+def table_url(request: pytest.FixtureRequest) -> str:
+    """A migrated database (the claim walks the priorities), or one with the hand-made
+    table alone (no priorities: the claim takes the oldest rows)."""
+    if request.param == "migrated":
+        return request.getfixturevalue("db_url")
+    url = request.getfixturevalue("empty_db_url")
+    with connect(url) as conn:
+        conn.execute(HAND_MADE_TABLE, prepare=False)
+    return url
+
+
+def test_a_drain_skips_rows_another_session_holds_locked(table_url):
     """Another session keeps the three oldest ready rows locked in an open transaction
     (as a drainer mid-claim does); a drain takes the other seven at once and leaves the
     three queued. A claim that waited on the locks instead (FOR UPDATE without SKIP
     LOCKED) hits the drain connection's 5 s statement timeout and the test fails: it
-    cannot hang."""
-    oldest = [drainer.enqueue(conn, "default", {"n": n},
-                              run_at=datetime(2020, 1, 1 + n).astimezone()) for n in range(3)]
-    drainer.enqueue_many(conn, "default", ({"n": n} for n in range(3, 10)))
-    ran = []
-    with connect(db_url) as holder, holder.transaction():
-        locked = holder.execute("SELECT id FROM jobs WHERE status = 'queued' "
-                                "ORDER BY run_at, id LIMIT 3 FOR UPDATE").fetchall()
-        assert sorted(r[0] for r in locked) == oldest
-        with connect(db_url, statement_timeout=timedelta(seconds=5)) as drains:
-            s = drain(drains, {"default": lambda job: ran.append(job.payload["n"])},
-                      Options(queues=["default"]))
-        assert (s.done, s.claimed, s.stopped) == (7, 7, "empty")
-        assert sorted(ran) == list(range(3, 10))
-        # The holder's own reads: the locked rows are untouched, still queued.
-        assert holder.execute("SELECT id, status, attempts FROM jobs WHERE id = ANY(%s) "
-                              "ORDER BY id", (oldest,)).fetchall() == [
-            (i, "queued", 0) for i in oldest]
-    assert dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall()) == {
-        "done": 7, "queued": 3}
+    cannot hang. Both forms of the claim: with priorities and without."""
+    with connect(table_url) as conn:
+        oldest = [drainer.enqueue(conn, "default", {"n": n},
+                                  run_at=datetime(2020, 1, 1 + n).astimezone())
+                  for n in range(3)]
+        drainer.enqueue_many(conn, "default", ({"n": n} for n in range(3, 10)))
+        ran = []
+        with connect(table_url) as holder, holder.transaction():
+            locked = holder.execute("SELECT id FROM jobs WHERE status = 'queued' "
+                                    "ORDER BY run_at, id LIMIT 3 FOR UPDATE").fetchall()
+            assert sorted(r[0] for r in locked) == oldest
+            with connect(table_url, statement_timeout=timedelta(seconds=5)) as drains:
+                s = drain(drains, {"default": lambda job: ran.append(job.payload["n"])},
+                          Options(queues=["default"]))
+            assert (s.done, s.claimed, s.stopped) == (7, 7, "empty")
+            assert sorted(ran) == list(range(3, 10))
+            # The holder's own reads: the locked rows are untouched, still queued.
+            assert holder.execute("SELECT id, status, attempts FROM jobs WHERE id = ANY(%s) "
+                                  "ORDER BY id", (oldest,)).fetchall() == [
+                (i, "queued", 0) for i in oldest]
+        assert dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall()
+                    ) == {"done": 7, "queued": 3}
