@@ -335,7 +335,9 @@ class _Steps:
             limited = [lim for lim in limited if self.sizer.may_start(
                 remaining, lim.queue, self.tasks[lim.queue].timeout)]
         # Whether they held ready jobs is known at the end (end(): 'deadline' then).
-        self.left_out = [lim for lim in self.limited if lim not in limited]
+        # A set: looked up in the list, 1,000 limited queues cost a million compares.
+        kept = set(limited)
+        self.left_out = [lim for lim in self.limited if lim not in kept]
         return queue.Claim(self.plain, size, self.options.lease, limited,
                            take=min(size, slots))
 
