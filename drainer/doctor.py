@@ -18,7 +18,7 @@ import psycopg
 
 from . import sql
 from .limits import describe, fills
-from .queue import claim_kind, claim_sql
+from .queue import MANY_QUEUES, claim_kind, claim_sql
 from .run import DEFAULT_LEASE
 from .settings import DEFAULT_MAX_READY_AGE
 
@@ -289,8 +289,9 @@ def _claim_plan(conn: psycopg.Connection, queues: list[str]) -> list[Finding]:
                 "scans the whole jobs table, done history included",
                 ("" if valid is None else f"DROP INDEX CONCURRENTLY {name}; then ")
                 + _create(name))]
-    # The very statement a drain sends, its batch size written in.
-    text = sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH, *claim_kind(conn))
+    # The very statement a drain of these queues sends, its batch size written in.
+    text = sql.QUERIES["explain"] + "\n" + claim_sql(CLAIM_BATCH, *claim_kind(conn),
+                                                     many=len(queues) > MANY_QUEUES)
     [(plan,)] = sql.execute(conn, text, {"queues": queues, **CLAIM_PROBE}).fetchall()
     scans = _scans(plan[0]["Plan"])
     if (rows or 0) < PLAN_MIN_ROWS or any(name in s for s in scans for name in names):

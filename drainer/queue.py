@@ -637,6 +637,11 @@ def claim(
 
 Write = Callable[[], "psycopg.Cursor | None"]
 
+# Past this many queues a claim locks each queue's share of the batch (claim_sql's
+# `many`) and runs without JIT. Up to it, each locking a whole batch costs no more than
+# the first look the shares take, and a drain's statements stay the same.
+MANY_QUEUES = 8
+
 
 @dataclass
 class _RoundTrip:
@@ -661,12 +666,14 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     spec = spec or Claim((), 0, timedelta(0))  # nothing to claim
     if spec.limited and not sql.features(conn).limits:  # known: no call per claim
         _require_sync(conn, limits=True)
-    plain = claim_sql(spec.size, *claim_kind(conn), now is not None) if spec.queues else None
-    # A plain claim alone is one statement, sent as it is. (After a pipeline, the
-    # server's idle_session_timeout is not armed: psycopg's Flush after the sync
-    # disarms it.)
-    frame = (_transaction(conn, limits=bool(spec.limited), trip=trip)
-             if spec.limited or write is not None else nullcontext())
+    many = len(spec.queues) > MANY_QUEUES
+    plain = (claim_sql(spec.size, *claim_kind(conn), now is not None, many=many)
+             if spec.queues else None)
+    # A plain claim of one queue alone is one statement, sent as it is. (After a
+    # pipeline, the server's idle_session_timeout is not armed: psycopg's Flush after
+    # the sync disarms it.)
+    frame = (_transaction(conn, no_jit=bool(spec.limited) or many, trip=trip)
+             if spec.limited or many or write is not None else nullcontext())
     with frame:
         written = write() if write is not None else None
         plain_cursor = (_claim(conn, plain, {"queues": list(spec.queues)}, spec.lease, now)
@@ -677,7 +684,24 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
     with translated():
         limited_rows = limited_cursor.fetchall() if limited_cursor else []
         plain_rows = plain_cursor.fetchall() if plain_cursor else []
+    if many and not plain_rows:
+        plain_rows = _claim_whole(conn, spec, now)
     return written, [*_withheld_read(conn, limited_rows, plain_rows), *plain_rows]
+
+
+def _claim_whole(conn: psycopg.Connection, spec: Claim, now: datetime | None
+                 ) -> list[tuple[Any, ...]]:
+    """A claim of many queues that took nothing, sent again with each queue locking
+    up to a whole batch, as a claim of one queue does: the shares counted the rows
+    other drainers' claims held locked, so a queue whose ready rows they all held gave
+    none, though others had some (a drain stops at a claim that takes nothing). Its
+    cost, the one every claim of several queues had, is paid at a drain's last claim
+    and under such contention only."""
+    text = claim_sql(spec.size, *claim_kind(conn), now is not None)
+    with _transaction(conn, no_jit=True):
+        cursor = _claim(conn, text, {"queues": list(spec.queues)}, spec.lease, now)
+    with translated():
+        return cursor.fetchall()
 
 
 def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]],
@@ -722,14 +746,14 @@ def _limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
 
 
 @contextmanager
-def _transaction(conn: psycopg.Connection, *, limits: bool = False,
+def _transaction(conn: psycopg.Connection, *, no_jit: bool = False,
                  trip: _RoundTrip | None = None) -> Iterator[None]:
     """A pipeline whose statements are one transaction of their own, read committed
     whatever the database's or role's default (a limited claim must see the jobs other
-    drainers started while it waited for their locks); with `limits` (statements on
-    limited queues), without JIT. Its BEGIN and COMMIT go in the pipeline with them:
-    psycopg's transaction() waits for the server as it begins and as it commits, two
-    more round trips. Not the pipeline's implicit transaction either: a COMMIT that
+    drainers started while it waited for their locks); with `no_jit` (a limited claim,
+    a claim of several queues), without JIT. Its BEGIN and COMMIT go in the pipeline
+    with them: psycopg's transaction() waits for the server as it begins and as it
+    commits, two more round trips. Not the pipeline's implicit transaction either: a COMMIT that
     fails (a deferred constraint's error) is then a statement's error, which leaves
     the session usable, and an exception raised while the statements are queued
     leaves the transaction open, to be rolled back (`trip.undone`): nothing of it
@@ -740,14 +764,14 @@ def _transaction(conn: psycopg.Connection, *, limits: bool = False,
     if not conn.autocommit or status != TransactionStatus.IDLE:
         with sql.pipeline(conn), (
                 sql.transaction(conn) if status != TransactionStatus.IDLE else nullcontext()):
-            if limits:
+            if no_jit:
                 sql.run(conn, "no_jit")
             yield
         return
     try:
         with sql.pipeline(conn):
             sql.run(conn, "begin_read_committed")
-            if limits:
+            if no_jit:
                 sql.run(conn, "no_jit")
             yield
             sql.run(conn, "commit")
@@ -805,7 +829,7 @@ def claim_kind(conn: psycopg.Connection) -> tuple[bool, bool]:
 
 @lru_cache(maxsize=64)
 def claim_sql(limit: int, by_priority: bool = False, meta: bool = False,
-              given_now: bool = False) -> str:
+              given_now: bool = False, many: bool = False) -> str:
     """The claim for the schema (by priority, and returning meta, once `migrate` added
     them), with its LIMIT written as a literal. As a parameter, the planner guesses a
     tenth of the table for it, so the prepared plan looks costly and every claim is
@@ -819,8 +843,15 @@ def claim_sql(limit: int, by_priority: bool = False, meta: bool = False,
     each priority's scan looked three times dearer than its custom plan, the generic
     plan of the claim by priority was never kept and every claim was planned again
     (0.5 ms at 500 jobs). The planner estimates `run_at <= now()` from the statistics,
-    as it does for a custom plan."""
-    swaps = {"claim_oldest": "claim_by_priority"} if by_priority else {}
+    as it does for a custom plan.
+
+    With `many` (more than MANY_QUEUES queues), each queue locks only its share of the
+    batch (claim_shares), not a whole batch of its own; a claim of fewer queues keeps
+    the plan it had."""
+    swaps = ({"claim_oldest": "claim_by_priority", "claim_look": "look_by_priority"}
+             if by_priority else {})
+    if many:
+        swaps |= {"queues": "claim_shares", "claim_each": "claim_share"}
     if meta:
         swaps["claim_no_meta"] = "claim_meta"
     text = sql.variant("claim", **swaps)
@@ -1138,7 +1169,7 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
         return plain
     rows = json.dumps([lim.fields for lim in limited])
     text = sql.variant("due_limited", **held_swaps(sql.features(conn).held))
-    with _transaction(conn, limits=True):  # at the first statement's time: one moment
+    with _transaction(conn, no_jit=True):  # at the first statement's time: one moment
         cursor = sql.execute(conn, text, {"limits": rows, "now": now or plain.now})
     run_at, lease_end = cursor.fetchall()[0]
     run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)

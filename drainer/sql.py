@@ -48,9 +48,13 @@ _PARTS: dict[str, str] = _split(_read("queries.sql"), _NAME)
 
 def _expand(name: str, swaps: Mapping[str, str]) -> str:
     """The named statement with each `(:part)` replaced by that statement as a subquery
-    (recursively), or by the one `swaps` names instead of it."""
+    (recursively), or by the one `swaps` names instead of it, in which `(:part)` is
+    the part it replaces (so it may wrap it)."""
     def include(m: re.Match[str]) -> str:
-        return f"({_expand(swaps.get(m[1], m[1]), swaps).rstrip(';')})"
+        if m[1] not in swaps:
+            return f"({_expand(m[1], swaps).rstrip(';')})"
+        inner = {k: v for k, v in swaps.items() if k != m[1]}
+        return f"({_expand(swaps[m[1]], inner).rstrip(';')})"
 
     return _INCLUDE.sub(include, _PARTS[name])
 

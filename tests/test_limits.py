@@ -505,7 +505,7 @@ def test_limited_statements_run_without_jit(conn):
     table's: a claim of 20,000 jobs was costed past jit_above_cost, and compiled at
     every claim (120 ms on PostgreSQL 15 with LLVM), under the queues' locks."""
     conn.execute("SET jit = on")
-    with queue._transaction(conn, limits=True):
+    with queue._transaction(conn, no_jit=True):
         cursor = conn.execute("SHOW jit")
     assert cursor.fetchall() == [("off",)]
     assert conn.execute("SHOW jit").fetchall() == [("on",)]  # for that transaction only

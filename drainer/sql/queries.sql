@@ -159,10 +159,12 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 COMMIT;
 
 -- name: no_jit
--- In a transaction of limited claims or next_due: no JIT compiling. The planner sees
--- the limits' rows as 100 and their queues' lateral scans as a whole table's, so on a
--- server with JIT (the default where PostgreSQL has LLVM) a claim of 20,000 jobs was
--- compiled each time (120 ms, under the queues' locks), though it reads a few rows.
+-- In a transaction of limited claims, claims of many queues or next_due: no JIT
+-- compiling. The planner sees the limits' rows as 100 and their queues' lateral scans
+-- as a whole table's, so on a server with JIT (the default where PostgreSQL has LLVM)
+-- a claim of 20,000 jobs was compiled each time (120 ms, under the queues' locks),
+-- though it reads a few rows; a claim's plan for 1,000 queues (each a lateral scan)
+-- looks as dear, and compiling it took most of a drain of 20,000 jobs from them.
 SET LOCAL jit = off;
 
 -- name: limits_lock
@@ -404,18 +406,52 @@ SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[]);
 -- name: claim_oldest
 -- `claim`'s rows on a table without priorities: each queue's oldest ready rows come
 -- from jobs_ready_idx (queue, run_at) (Limit > LockRows > Index Scan), then the
--- oldest overall are taken.
+-- oldest overall are taken. Each queue locks at most claim_each of them.
 SELECT c.id, row_number() OVER (ORDER BY c.run_at, c.id) AS rank
 FROM (:queues) AS q(name)
 CROSS JOIN LATERAL (
-  SELECT id, run_at FROM jobs
-  WHERE queue = q.name AND status = 'queued' AND run_at <= coalesce(%(now)s, now())
-  ORDER BY run_at
-  LIMIT %(limit)s
+  (:oldest_ready)
+  LIMIT (:claim_each)
   FOR UPDATE SKIP LOCKED
 ) AS c
 ORDER BY c.run_at, c.id
 LIMIT %(limit)s;
+
+-- name: oldest_ready
+-- (A subquery, per queue q.name.) Its ready rows, oldest first.
+SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND run_at <= coalesce(%(now)s, now())
+ORDER BY run_at;
+
+-- name: claim_each
+-- (An expression.) The most rows a claim locks in each queue: the whole batch, in a
+-- claim of a few queues; in a claim of many (queue.MANY_QUEUES), claim_share.
+%(limit)s
+
+-- name: claim_share
+-- (An expression.) A claim of many queues locks in each only its share of the batch
+-- (claim_shares: q.take).
+q.take
+
+-- name: claim_shares
+-- (A subquery, as q(name, take), for a claim of many queues.) How many of the
+-- batch each queue holds, by a first look at their ready rows that locks none
+-- (claim_look, one queue at a time, in the claim's order); each then locks only its
+-- share, passing over rows another claim has locked, as a claim of one queue does.
+-- Each locking its first %(limit)s rows instead, the rows left out of the batch
+-- included, a claim of 50 from 1,000 queues of 20 jobs locked all 20,000 of them.
+SELECT s.name, count(*) AS take
+FROM (SELECT q.name FROM (:queues) AS q(name)
+      CROSS JOIN LATERAL (:claim_look) AS c
+      ORDER BY c.priority DESC, c.run_at, c.id
+      LIMIT %(limit)s) AS s
+GROUP BY s.name;
+
+-- name: claim_look
+-- (A subquery, per queue q.name.) claim_shares' look at a queue of a table without
+-- priorities: its first %(limit)s ready rows (the id orders those enqueued together,
+-- as in the claim's rank).
+SELECT 0 AS priority, r.run_at, r.id FROM ((:oldest_ready) LIMIT %(limit)s) AS r;
 
 -- name: queue_priorities
 -- The distinct priorities of queue q.name's queued jobs, highest first (a part of
@@ -441,23 +477,37 @@ SELECT priority FROM p WHERE priority IS NOT NULL;
 -- at the first run_at in the future (while every job has priority 0 the planner may
 -- take jobs_ready_idx instead: the same rows, in the same order), so jobs due later at a high priority cost one probe,
 -- where one scan ordered by (priority, run_at) would step over each of them at every
--- claim (PostgreSQL 18's skip scan avoids that, older servers do not).
+-- claim (PostgreSQL 18's skip scan avoids that, older servers do not). Each queue
+-- locks at most claim_each rows.
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM (:queues) AS q(name)
 CROSS JOIN LATERAL (
   SELECT p.priority, r.id, r.run_at
   FROM (:queue_priorities) AS p
   CROSS JOIN LATERAL (
-    SELECT id, run_at FROM jobs
-    WHERE queue = q.name AND status = 'queued' AND priority = p.priority
-      AND run_at <= coalesce(%(now)s, now())
-    ORDER BY run_at
-    LIMIT %(limit)s
+    (:priority_ready)
+    LIMIT (:claim_each)
     FOR UPDATE SKIP LOCKED
   ) AS r
-  LIMIT %(limit)s
+  LIMIT (:claim_each)
 ) AS c
 ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT %(limit)s;
+
+-- name: priority_ready
+-- (A subquery, per queue q.name and priority p.priority.) Its ready rows at that
+-- priority, oldest first.
+SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= coalesce(%(now)s, now())
+ORDER BY run_at;
+
+-- name: look_by_priority
+-- (A subquery, per queue q.name.) claim_look once `migrate` added priorities: its
+-- first %(limit)s ready rows, one priority at a time, as claim_by_priority walks them.
+SELECT p.priority, r.run_at, r.id
+FROM (:queue_priorities) AS p
+CROSS JOIN LATERAL ((:priority_ready) LIMIT %(limit)s) AS r
 LIMIT %(limit)s;
 
 -- name: settle
