@@ -141,10 +141,20 @@ def _breaks() -> list[Break]:
         Break("attempts-result", "a kept result is written to another claim's job",
               (sql("keep_results", " AND j.attempts = t.attempts", ""),), (REAPED,),
               attempts),
+        Break("attempts-hold", "the heartbeat of a cancelled claim extends a later claim's "
+              "kept lease", (sql("hold", " AND j.attempts = t.attempts", ""),),
+              ("tests/test_limits_admin.py::"
+               "test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue",),
+              attempts),
         Break("priority-claim", "the plain claim takes the oldest jobs, not the highest "
               "priority", (sql("claim_by_priority", "c.priority DESC, ", "", count=2),),
               ("tests/test_priorities.py::"
                "test_a_high_priority_job_enqueued_last_is_among_the_first_claimed",),
+              priority),
+        Break("priority-claim-shares", "a claim of many queues shares its batch out by age, "
+              "not priority", (sql("claim_shares", "c.priority DESC, ", ""),),
+              ("tests/test_many_queues.py::"
+               "test_a_claim_of_many_queues_takes_the_highest_priority_first",),
               priority),
         Break("priority-limited", "a limited queue takes its oldest jobs first",
               (sql("limited_free", "j.priority DESC, ", ""),), (LIMITED_PRIORITY,), priority),

@@ -121,3 +121,13 @@ def test_a_claim_of_many_queues_passes_over_a_queue_other_claims_hold(conn, db_u
         other.execute("SELECT id FROM jobs WHERE queue = 'held' FOR UPDATE")
         jobs = queue.claim(conn, ["held", "free", *QUEUES], 5, LEASE)
     assert sorted(job.id for job in jobs) == sorted(free)
+
+
+def test_a_claim_of_many_queues_takes_the_highest_priority_first(conn):
+    """The shares follow the claim's order, priority first: ten queues holding one
+    urgent job each, enqueued after every other, get their places in the batch."""
+    spread(conn)
+    hot = [f"hot{n}" for n in range(10)]
+    urgent = {drainer.enqueue(conn, name, {}, priority=10) for name in hot}
+    taken = [job.id for job in queue.claim(conn, [*QUEUES, *hot], BATCH, LEASE)]
+    assert set(taken[:10]) == urgent and len(taken) == BATCH
