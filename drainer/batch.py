@@ -502,7 +502,9 @@ class Batch:
         with self.lock:
             self.futures[job.token] = cast("asyncio.Task[Any]", asyncio.current_task())
             unrun = self.closed or job.token in self.timed_out or job.token in self.lost
-        if not unrun and not self._fresh():  # the task waited its turn past the lease
+        # The task waited its turn past the lease: an `async def`'s has not begun. A
+        # plain function that returned this awaitable has (`_call` looked before it).
+        if not unrun and not self.calls[job.queue][1] and not self._fresh():
             _close(awaitable)
             if self._put_back(job):
                 clock.spawn(self._refresh)

@@ -361,6 +361,35 @@ def test_a_worker_stalled_between_its_lease_check_and_the_call_changes_nothing(
     assert one(conn, "SELECT status, attempts FROM jobs") == ("done", 2)
 
 
+def test_a_plain_handler_returning_a_coroutine_is_called_once_across_a_pause(conn,
+                                                                          monkeypatch):
+    """A plain function that returns a coroutine (a decorator's wrapper around an
+    `async def`) has begun once it is called: the process pausing past half the lease
+    before the loop runs its coroutine must not put the job back and call it again."""
+    fake = Clock()
+    monkeypatch.setattr(clock, "wall", fake.wall)
+    monkeypatch.setattr(clock, "monotonic", fake.monotonic)
+    job_id = drainer.enqueue(conn, "default", {})
+    jobs = drainer.claim(conn, ["default"], 1, timedelta(seconds=10))
+    called, awaited = [], []
+
+    async def work(job):
+        awaited.append(job.id)
+
+    def handler(job):
+        called.append(job.id)
+        if len(called) == 1:
+            fake.now += 20  # the process pauses before the loop starts the coroutine
+        return work(job)
+
+    outcome = batch.Batch(
+        jobs, {"default": handler}, concurrency=1, lease=timedelta(seconds=10),
+        extend=lambda js: queue.extend_claims(conn, js, timedelta(seconds=10)),
+        may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace()).run()
+    assert called == [job_id] and awaited == [job_id]
+    assert [j.id for j in outcome.succeeded] == [job_id]
+
+
 def test_a_fresh_batch_starts_its_jobs_without_a_heartbeat(conn):
     drainer.enqueue_many(conn, "default", [{}] * 3)
     jobs = drainer.claim(conn, ["default"], 3, LEASE)
