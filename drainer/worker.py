@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
+from typing import cast
 
 import psycopg
 
@@ -169,6 +170,14 @@ def _reopen(opener: Opener, exc: Exception, stop: threading.Event) -> psycopg.Co
     return None
 
 
+def _plus_before(total: Summary, exc: Conflict) -> Summary:
+    """`total` with the counts of what a drain wrote back before its error (the error's
+    `summary`): those jobs ran, and the drain that goes on will not count them."""
+    before = exc.summary or {}
+    return replace(total, **{name: getattr(total, name) + cast(int, before.get(name, 0))
+                             for name in COUNTS})
+
+
 def work(
     claims: Opener,
     listen: Opener,
@@ -207,6 +216,7 @@ def work(
                 continue
             except Conflict as exc:  # the drain's transaction was rolled back: drain again
                 log.warning("%s; draining again", exc)
+                total = _plus_before(total, exc)
                 if _pause(MIN_WAIT, stop):
                     break
                 continue

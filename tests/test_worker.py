@@ -4,6 +4,7 @@ SIGTERM stops it cleanly. Real processes on a real PostgreSQL."""
 
 import contextlib
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -215,3 +216,46 @@ def test_an_always_on_worker_near_its_deadline_reaps_a_lease_that_expired_mid_dr
     assert "orphan" in ran, (ran, out, conn.execute(
         "SELECT status, attempts, locked_until < now() FROM jobs WHERE id = %s",
         (orphan.id,)).fetchone())
+
+
+def test_an_always_on_worker_counts_what_a_drain_did_before_a_conflict(conn, db_url):
+    """A drain that ended in a conflict (a deadlock at its archive step) had already
+    written back a done and a failed job: `work` drains again, and its totals still
+    count them, as the CLI reports a failed drain's work."""
+    conn.execute("CREATE SEQUENCE conflicts")
+    conn.execute("""
+        CREATE FUNCTION conflict_once() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF nextval('conflicts') = 1 THEN
+            RAISE EXCEPTION USING ERRCODE = 'deadlock_detected', MESSAGE = 'deadlock';
+          END IF;
+          RETURN OLD;
+        END $$""")
+    conn.execute("CREATE TRIGGER conflict_once BEFORE DELETE ON jobs "
+                 "FOR EACH ROW EXECUTE FUNCTION conflict_once()")
+    drainer.enqueue(conn, "default", {"fail": True}, max_attempts=1)
+    drainer.enqueue(conn, "default", {})
+    conn.execute("UPDATE jobs SET created_at = now() - interval '30 days'")  # to archive
+    stop = threading.Event()
+
+    class StopOnRetry(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "draining again" in record.getMessage():
+                stop.set()
+
+    def handler(job):
+        if job.payload.get("fail"):
+            raise RuntimeError("broken")
+
+    def opener() -> psycopg.Connection:
+        return psycopg.connect(db_url, autocommit=True)
+
+    watcher = StopOnRetry()
+    logging.getLogger("drainer.worker").addHandler(watcher)
+    try:
+        total = work(opener, opener, {"default": handler},
+                     drainer.Options(queues=["default"]), poll_interval=1, stop=stop)
+    finally:
+        logging.getLogger("drainer.worker").removeHandler(watcher)
+    assert stop.is_set()  # it did meet the conflict
+    assert (total.claimed, total.done, total.failed) == (2, 1, 1)
