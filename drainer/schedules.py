@@ -127,7 +127,9 @@ class Schedule:
         Nothing while the last slot enqueued is still to come."""
         if after is not None and after > now:
             return []
-        start = now if after is None else after
+        # By the moment, not the wall time: slots of one ZoneInfo compare as wall times,
+        # without their pass, and in the hour that repeats 02:00 CET is after 02:30 CEST.
+        start = now if after is None else after.astimezone(UTC)
         missed: list[datetime] = []
         if self.catch_up == "latest":
             latest = self.latest(now)

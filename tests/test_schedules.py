@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, schedules
+from drainer import clock, queue, schedules
 from drainer.queue import Job
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
@@ -320,3 +320,25 @@ def test_a_slot_whose_zone_no_schedule_wrote_keeps_its_offset(zone):
     slot = Job(1, "q", {}, 1, 5, meta).scheduled_for
     assert slot is not None and slot.utcoffset() == timedelta(hours=2)
     assert slot == datetime(2026, 5, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("catch_up", ["latest", "all"])
+def test_a_slot_run_late_in_the_repeated_hour_catches_up_the_slot_it_overran(
+        conn, declared, catch_up):
+    """Every 30 minutes in Paris on 2026-10-25, as clocks go back at 03:00 CEST: the
+    02:30 CEST slot's job (00:30 UTC), claimed by a drain that began before it was due,
+    runs for 40 minutes, past the 02:00 CET slot (01:00 UTC). As on any other day, its
+    write-back queues the slot it overran as its catch-up says, and the next. Judged in
+    the schedule's zone, 02:00 CET looked earlier than 02:30 CEST (wall times of one
+    zone compare without their pass) and was skipped for good."""
+    half = Schedule("half", "half", "*/30 * * * *", "Europe/Paris", catch_up=catch_up)
+    schedules.declare(half)
+    with at(datetime(2026, 10, 25, 0, 20, tzinfo=UTC)):
+        drain(conn, {"half": lambda job: None}, Options(["half"]))  # queues 02:30 CEST
+    [job] = drainer.claim(conn, ["half"], 1, timedelta(hours=2))
+    assert job.scheduled_for.astimezone(UTC) == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    ended = datetime(2026, 10, 25, 1, 10, tzinfo=UTC)  # the database clock as it ends
+    queue.settle(conn, [job], (), (), also=lambda c: schedules.after_run(c, [job], ended))
+    assert [row[:2] for row in slot_jobs(conn)] == [
+        ("done", "2026-10-25T02:30:00+02:00"), ("queued", "2026-10-25T02:00:00+01:00"),
+        ("queued", "2026-10-25T02:30:00+01:00")]
