@@ -8,7 +8,7 @@ in the caller's transaction, on its own connection (psycopg 3 or 2, SQLAlchemy, 
 functions are the classic jobs-table statements.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .errors import (
     AuthenticationFailed,
