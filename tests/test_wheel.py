@@ -100,7 +100,9 @@ def test_the_wheel_holds_every_file_of_the_package(dist):
     assert "drainer/sql/schema.sql" in tracked and "drainer/py.typed" in tracked
     names = zipfile.ZipFile(dist / WHEEL).namelist()
     info = f"drainer-{drainer.__version__}.dist-info/"
-    assert sorted(n for n in names if not n.startswith(info)) == sorted(tracked)
+    packaged = {n for n in names if not n.startswith(info)}
+    assert set(tracked) - packaged == set(), "missing from the wheel"
+    assert packaged - set(tracked) == set(), "in the wheel, not in the checkout"
     assert f"{info}licenses/LICENSE" in names
 
 
