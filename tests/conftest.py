@@ -36,6 +36,27 @@ for _name, _examples in (("quick", 10), ("soak", 1000)):
 settings.load_profile("quick")
 
 
+# Test modules (and tests) that do not depend on the PostgreSQL version: no database,
+# or the embedded one whatever DRAINER_TEST_PG_BIN says (the benchmark's cluster, the
+# CLI's embedded default). Marked `once`, so CI's second pass, on PostgreSQL 15, leaves
+# them out (-m "not once") rather than run them twice.
+ONCE = {
+    "tests/aws/test_events_and_schedule.py", "tests/aws/test_reset.py",
+    "tests/test_bench_speed.py", "tests/test_clock.py", "tests/test_example_app.py",
+    "tests/test_infra.py", "tests/test_lambda_locally.py", "tests/test_progress.py",
+    "tests/test_release.py", "tests/test_settings.py", "tests/test_wake.py",
+    "tests/test_cli.py::test_help_documents_every_command_and_option_with_its_variable",
+    "tests/test_cli.py::test_help_gives_the_bounds_of_durations",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if module in ONCE or item.nodeid.split("[", 1)[0] in ONCE:
+            item.add_marker(pytest.mark.once)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     unknown = sorted(n for n in REQUIRE if not REQUIRABLE.fullmatch(n))
     if unknown:
