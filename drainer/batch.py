@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple, cast
 
-from . import clock, db
+from . import clock, db, stopping
 from .errors import DrainerError, redact
 from .queue import Job, Setback, Token, Undecodable, encode_payload
 from .tasks import Handler, Task, as_task
@@ -722,7 +722,9 @@ class Batch:
             # Slots withheld from waiting jobs: look again after WORK seconds (a timed
             # wait runs on the real clock, even under a test's frozen one).
             polled, ended = self.withheld, self.timing.ended
-            woken = self.wake.wait(timeout=Pace.WORK if polled else min(interval, 0.5))
+            # After a stop, a second one is looked at often: it does not wake the batch.
+            idle = min(interval, 0.5 if stopped_at is None else stopping.POLL)
+            woken = self.wake.wait(timeout=Pace.WORK if polled else idle)
             now = clock.monotonic()
             beat = now - max(extended, self.confirmed) >= self._interval(interval)
             with self.lock:
@@ -744,10 +746,14 @@ class Batch:
                 extended = now
             if (self.stop.is_set() or self.failure is not None) and stopped_at is None:
                 stopped_at = now
-            # After a stop, running handlers get at most one lease to finish.
-            if stopped_at is not None and now - stopped_at >= self.lease:
+            # After a stop, running handlers get at most one lease to finish; none after
+            # a second stop.
+            if stopped_at is not None and (now - stopped_at >= self.lease
+                                           or stopping.hurried(self.stop)):
                 break
-        self.refilled.wait()  # what a refill out claims is given back with the rest
+        # What a refill out claims is given back with the rest (a second stop waits for
+        # it no longer than for the last write-back).
+        self.refilled.wait(self.stop.left() if isinstance(self.stop, stopping.Stop) else None)
         with self.lock:
             unstarted = list(self.pending)
             # A job still running but already lost is counted lost, not abandoned.

@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import textwrap
-import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -21,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 
 import psycopg
 
-from . import __version__, clock, config, queue, schema
+from . import __version__, clock, config, queue, schema, stopping
 from . import settings as s
 from .db import connect
 from .errors import CONFLICTS, BadInput, ConfigError, DrainerError, password_of, redact, translate
@@ -71,7 +70,8 @@ DATABASE_URL (libpq's PG* variables fill what the URL leaves out); with none and
 outside a cloud function an embedded PostgreSQL under ./.drainer/ is used.
 
 exit codes: 0 done (a deadline or signal stop included), 1 unexpected error,
-2 usage or configuration error, 3 database unavailable or schema missing.
+2 usage or configuration error, 3 database unavailable or schema missing,
+130 (143) a second SIGINT (SIGTERM): unstarted jobs given back, summary printed.
 
 Run `drainer COMMAND --help` for a command's options."""
 
@@ -342,21 +342,63 @@ def _deadline(args: argparse.Namespace) -> float | None:
     return None if args.max_runtime is None else clock.process_start() + args.max_runtime
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGTERM/SIGINT: stop claiming and let running handlers finish; a second one
-    ends the process at once (the leases of what was running bring it back later)."""
-    stop = threading.Event()
+# Seconds, after a second signal's bound on the last round trips, before the process
+# ends whatever it is waiting for.
+GIVE_UP_AFTER = 2.0
 
-    def handle(signum: int, _frame: object) -> None:
-        log.info("%s received: finishing running handlers, then stopping (send it again "
-                 "to stop at once)", signal.Signals(signum).name)
+
+def _stop_on_signals() -> stopping.Stop:
+    """SIGTERM/SIGINT: stop claiming and let running handlers finish. A second one
+    stops at once: what finished is written back and the jobs that never started are
+    given back, within a second or two, and the handlers still running are left to
+    their lease. A third ends the process there and then."""
+    stop = stopping.Stop()
+
+    # Each handler is swapped for the next before it says so: a signal sent again
+    # as soon as the line is seen finds the next one.
+    def first(signum: int, _frame: object) -> None:
         stop.set()
         for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, second)
+        log.info("%s received: finishing running handlers, then stopping (send it again "
+                 "to stop at once)", signal.Signals(signum).name)
+
+    def second(signum: int, _frame: object) -> None:
+        stop.hurry(signum)
+        for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+        stop.last_resort = clock.later(stopping.HURRY + GIVE_UP_AFTER, _give_up, 128 + signum)
+        log.warning("%s received while stopping: stopping now, giving back the jobs that never "
+                    "started", signal.Signals(signum).name)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handle)
+        signal.signal(sig, first)
     return stop
+
+
+def _give_up(code: int) -> None:
+    """The last resort after a second signal: a round trip that went out before the
+    first one and still waits for a database that does not answer."""
+    log.error("the database did not answer in time; exiting without the summary "
+              "(the jobs this process held wait for their lease)")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _exit_code(stop: stopping.Stop) -> int | None:
+    """After a second signal, 128 + its number (130 for SIGINT), as a shell reports a
+    process ended by it; None otherwise. A connection left with a round trip out
+    cannot be closed safely: then the process ends here, once its output is out."""
+    if stop.signum is None:
+        return None
+    if stop.last_resort is not None:
+        stop.last_resort.cancel()
+    code = 128 + stop.signum
+    if stop.stranded:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _ignore_signals() -> None:
@@ -373,14 +415,19 @@ def _options(args: argparse.Namespace, queues: list[str]) -> Options:
 
 
 def _drain_with_progress(args: argparse.Namespace, handlers: Mapping[str, Handler],
-                         options: Options, *,
-                         db: config.Database | None = None) -> Summary:
+                         options: Options, *, db: config.Database | None = None,
+                         stop: stopping.Stop | None = None) -> Summary:
     """A drain with progress on stderr, reconnecting if its session drops."""
     db = db or config.resolve_database(args.database_url)
     progress = Progress(sys.stderr)
-    with _open(args, db=db) as conn:
-        summary = drain(conn, handlers, options, stop=_stop_on_signals(),
+    stop = stop or _stop_on_signals()
+    conn = _open(args, db=db)
+    try:
+        summary = drain(conn, handlers, options, stop=stop,
                         on_batch=progress.update, reopen=partial(_open, args, db=db))
+    finally:
+        if not stop.stranded:
+            conn.close()
     _ignore_signals()
     progress.finish(summary)
     return summary
@@ -396,14 +443,16 @@ def _hint_failures(summary: Summary) -> None:
                  "their last error, `drainer show ID` shows one job whole", " and ".join(counts))
 
 
-def cmd_drain(args: argparse.Namespace) -> None:
+def cmd_drain(args: argparse.Namespace) -> int | None:
     handlers, queues = _handlers(args)
-    summary = _drain_with_progress(args, handlers, _options(args, queues))
+    stop = _stop_on_signals()
+    summary = _drain_with_progress(args, handlers, _options(args, queues), stop=stop)
     _hint_failures(summary)
     _emit(summary.as_json())
+    return _exit_code(stop)
 
 
-def cmd_work(args: argparse.Namespace) -> None:
+def cmd_work(args: argparse.Namespace) -> int | None:
     from . import worker
 
     handlers, queues = _handlers(args)
@@ -413,14 +462,16 @@ def cmd_work(args: argparse.Namespace) -> None:
                     "behind a transaction pooler no notification arrives and only the "
                     "fallback poll finds work")
     listen_db = config.Database(args.listen_url) if args.listen_url else db
+    stop = _stop_on_signals()
     summary = worker.work(partial(_open, args, db=db),
                           partial(_open, args, db=listen_db, application_name=worker.LISTEN_NAME),
                           handlers, _options(args, queues), poll_interval=args.poll_interval,
-                          stop=_stop_on_signals())
+                          stop=stop)
     _ignore_signals()
     log.info("%s", closing(summary, summary.seconds))  # as a drain ends: same words
     _hint_failures(summary)
     _emit(summary.as_json())
+    return _exit_code(stop)
 
 
 def _emit(data: Mapping[str, object]) -> None:
@@ -728,8 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(_argv(sys.argv[1:] if argv is None else argv))
         secret = password_of(config.database_url(getattr(args, "database_url", None)))
         resolve(args)
-        RUN[args.command](args)
-        return 0
+        return RUN[args.command](args) or 0
     except DrainerError as exc:
         return _failed(exc, secret)
     except CONFLICTS as exc:  # as enqueue raises it, for the application's retry loop

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import psycopg
 
-from . import clock, db, hooks, queue, schedules, tracing
+from . import clock, db, hooks, queue, schedules, stopping, tracing
 from . import tasks as tasks_
 from .batch import Batch, Land, Outcome, Pace
 from .errors import ConfigError, DatabaseUnavailable, DrainerError
@@ -167,9 +167,11 @@ class Link:
     safely be sent twice: guarded writes (complete, fail, extend), claims, reads.
     Connections it opened, it closes; the caller's stays the caller's."""
 
-    def __init__(self, conn: psycopg.Connection, reopen: Reopen | None):
+    def __init__(self, conn: psycopg.Connection, reopen: Reopen | None,
+                 stop: threading.Event | None = None):
         self.conn = conn
         self.reopen = reopen
+        self.stop = stop
         self.opened: list[psycopg.Connection] = []
         self.lock = threading.Lock()  # heartbeats come from handler threads too
         self.closed = False
@@ -178,31 +180,66 @@ class Link:
              again: Callable[[psycopg.Connection], T] | None = None) -> T:
         """`first(conn)`; if the session drops, `again` (default: `first`) on a new one.
         An error that leaves the session alive (a deadlock, a full disk) is raised as is:
-        then what was sent is known to have rolled back."""
+        then what was sent is known to have rolled back. Once stopped, a second stop
+        may cut the round trip short (`_within`)."""
         with self.lock:
             if self.closed:  # a handler written off at a stop, still going after the drain
+                if stopping.stranded(self.stop):
+                    raise stopping.Unanswered("the database did not answer in time")
                 raise DatabaseUnavailable("the drain has ended; its connection is closed")
+            if isinstance(self.stop, stopping.Stop) and self.stop.is_set():
+                return self._within(self.stop, lambda: self._send(first, again))
+            return self._send(first, again)
+
+    def _within(self, stop: stopping.Stop, send: Callable[[], T]) -> T:
+        """`send()` on another thread, waited for until a second stop's time is up:
+        then the round trip, and its connection, are left as they are (`stranded`)."""
+        done, answer, raised = clock.event(), list[T](), list[BaseException]()
+
+        def run() -> None:
             try:
-                return first(self.conn)
+                answer.append(send())
+            except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
+                raised.append(exc)
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name="drainer-round-trip").start()
+        while not done.wait(stopping.POLL):
+            left = stop.left()
+            if left is not None and left <= 0:
+                self.closed = stop.stranded = True
+                raise stopping.Unanswered(
+                    f"the database did not answer within {stopping.HURRY:g} s")
+        if raised:
+            raise raised[0]
+        return answer[0]
+
+    def _send(self, first: Callable[[psycopg.Connection], T],
+              again: Callable[[psycopg.Connection], T] | None) -> T:
+        """`send`'s round trip, and its reconnects; the caller holds the lock."""
+        try:
+            return first(self.conn)
+        except DatabaseUnavailable as exc:
+            if self.reopen is None or not (self.conn.broken or self.conn.closed):
+                raise
+            lost = exc
+        for pause in RECONNECTS:
+            clock.sleep(pause)
+            log.warning("database connection lost (%s); sending again on a new one",
+                        lost)
+            try:
+                self.conn = self.reopen()
+                self.opened.append(self.conn)
+                return (again or first)(self.conn)
             except DatabaseUnavailable as exc:
-                if self.reopen is None or not (self.conn.broken or self.conn.closed):
-                    raise
                 lost = exc
-            for pause in RECONNECTS:
-                clock.sleep(pause)
-                log.warning("database connection lost (%s); sending again on a new one",
-                            lost)
-                try:
-                    self.conn = self.reopen()
-                    self.opened.append(self.conn)
-                    return (again or first)(self.conn)
-                except DatabaseUnavailable as exc:
-                    lost = exc
-            raise lost
+        raise lost
 
     def close(self) -> None:
         with self.lock:
             self.closed = True
+        if stopping.stranded(self.stop):
+            return  # a thread may still wait on one of them
         for conn in self.opened:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
@@ -252,12 +289,12 @@ def drain(
     _use_loop(options.event_loop)
     began = clock.monotonic()
     summary = Summary()
-    link = Link(conn, reopen)
+    stop = stop or threading.Event()
+    link = Link(conn, reopen, stop)
     traced = tracing.DrainTrace.start(options.queues)
     failed: BaseException | None = None
     try:
-        _drain(link, handlers, options, stop or threading.Event(), summary, on_batch, on_claim,
-               traced)
+        _drain(link, handlers, options, stop, summary, on_batch, on_claim, traced)
     except DrainerError as exc:
         summary.seconds = clock.monotonic() - began
         exc.summary = summary.as_json()
@@ -280,9 +317,13 @@ def _drain(link: Link, handlers: Mapping[str, Handler], options: Options, stop: 
            on_claim: Callable[[], None] | None,
            traced: tracing.DrainTrace | None = None) -> None:
     """The drain's steps, counted into `summary` as they happen; `traced`: its spans."""
-    steps = _Steps(link, handlers, options, stop, summary, traced)
-    steps.batches(on_batch, on_claim)
-    steps.end()
+    try:
+        steps = _Steps(link, handlers, options, stop, summary, traced)
+        steps.batches(on_batch, on_claim)
+        steps.end()
+    except stopping.Unanswered as exc:  # a second stop: the drain ends as it is
+        summary.stopped = "signal"
+        log.warning("%s; stopping without its answer", exc)
 
 
 class _Steps:
@@ -404,9 +445,15 @@ class _Steps:
             size, self.summary.stopped = 0, "deadline"
         else:
             size, self.summary.stopped = self.next_size()
+        if stopping.hurried(self.stop):
+            _left_running(outcome.abandoned, running, self.options.lease)
         sent = clock.monotonic()
-        settled = self.write_back(outcome, self.claim(size) if size else None,
-                                  list(self.known.values()))
+        try:
+            settled = self.write_back(outcome, self.claim(size) if size else None,
+                                      list(self.known.values()))
+        except stopping.Unanswered:
+            _left_unwritten(outcome)
+            raise
         if running.failure is not None:
             raise running.failure
         return settled.claimed, size, sent
@@ -475,7 +522,8 @@ class _Steps:
         _log_failures(settled, outcome)
         if self.spans is not None:
             self.spans.batch(jobs, settled, outcome)
-        hooks.run(hooks.calls(settled, outcome.failed, self.own_hooks))
+        hooks.run(hooks.calls(settled, outcome.failed, self.own_hooks),
+                  timeout=self.stop.left() if isinstance(self.stop, stopping.Stop) else None)
         if self.on_batch:
             self.on_batch(self.summary)
         return settled
@@ -483,9 +531,10 @@ class _Steps:
     def end(self) -> None:
         """Archive, and learn when more work is due."""
         options, summary = self.options, self.summary
-        summary.archived = self.link.send(lambda c: queue.archive(
-            c, options.archive_after, failed_older_than=options.archive_failed_after,
-            to_table=self.has_archive, now=clock.database_now()))
+        if not stopping.hurried(self.stop):  # after a second stop, the next run archives
+            summary.archived = self.link.send(lambda c: queue.archive(
+                c, options.archive_after, failed_older_than=options.archive_failed_after,
+                to_table=self.has_archive, now=clock.database_now()))
         due = self.link.send(lambda c: queue.due(c, self.plain, limited=self.limited,
                                                  now=clock.database_now()))
         summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
@@ -499,6 +548,28 @@ class _Steps:
                                                       now=clock.database_now()))
             if left.run_at is not None and left.run_at <= left.now:
                 summary.stopped = "deadline"  # ready jobs left out: the deadline stopped them
+
+
+def _left_running(jobs: list[queue.Job], batch: Batch, lease: timedelta) -> None:
+    """Say which jobs a second stop leaves running, and until about when: the end of
+    the lease their batch last confirmed (by this machine's clock: a rough time)."""
+    if not jobs:
+        return
+    ends = clock.wall() + batch.confirmed + lease.total_seconds() - clock.monotonic()
+    until = datetime.fromtimestamp(ends).astimezone().isoformat(timespec="seconds")
+    log.warning("%d jobs still running are left to their lease: their handlers are "
+                "abandoned as the process exits, and the jobs go back to the queue when "
+                "the lease ends, at about %s (ids %s)", len(jobs), until,
+                ", ".join(str(job.id) for job in jobs[:10]) + (", ..." if len(jobs) > 10 else ""))
+
+
+def _left_unwritten(outcome: Outcome) -> None:
+    """Say what a write-back left unanswered after a second stop leaves to its lease."""
+    finished = len(outcome.succeeded) + len(outcome.failed)
+    if outcome.unstarted or finished:
+        log.warning("the database did not answer in time: %d jobs that never started and "
+                    "%d that finished are left to their lease (the finished ones run again)",
+                    len(outcome.unstarted), finished)
 
 
 def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:

@@ -18,7 +18,7 @@ from typing import cast
 
 import psycopg
 
-from . import clock, sql
+from . import clock, sql, stopping
 from .errors import Conflict, DatabaseUnavailable
 from .progress import totals
 from .run import COUNTS, Options, Summary, drain
@@ -224,7 +224,8 @@ def work(
                 seconds = min(seconds, max(0.0, options.deadline - clock.monotonic()))
             listener.wait(seconds, stop)
     finally:
-        _close(conn)
+        if not stopping.stranded(stop):  # else a thread may still wait on it
+            _close(conn)
         listener.close()
     # Only a signal (or the deadline, reported by the drain) ends the loop.
     stopped = "signal" if total.stopped == "empty" else total.stopped
