@@ -36,6 +36,8 @@ SHORTHANDS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0
               "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
               "@hourly": "0 * * * *"}
 CATCH_UP = ("latest", "all", "none")
+CRON_FORM = ("five fields (minute hour day month weekday) or @hourly, @daily, @weekly, "
+             "@monthly, @yearly")
 MAX_CATCH_UP = 100  # catch_up="all" enqueues at most this many missed slots, the latest
 MAX_NAME = 200  # bytes; the name goes into each slot job's key
 
@@ -84,12 +86,16 @@ class Schedule:
         expression = SHORTHANDS.get(self.cron.strip().lower(), self.cron.strip()) if isinstance(
             self.cron, str) else ""
         object.__setattr__(self, "expression", expression)
+        count = len(expression.split())
+        if isinstance(self.cron, str) and count != 5:  # cronsim reads a sixth as seconds
+            seconds = ": a field of seconds is not supported" if count == 6 else ""
+            raise ConfigError(f"{where}: bad cron expression {self.cron!r} ({count} "
+                              f"fields{seconds}); {CRON_FORM}")
         try:
             self._cron(datetime.now(UTC))
         except Exception as exc:  # noqa: BLE001 - cronsim's errors, or a non-string
-            raise ConfigError(f"{where}: bad cron expression {self.cron!r} ({exc}); five "
-                              "fields (minute hour day month weekday) or @hourly, @daily, "
-                              "@weekly, @monthly, @yearly") from None
+            raise ConfigError(f"{where}: bad cron expression {self.cron!r} ({exc}); "
+                              f"{CRON_FORM}") from None
         encode_payload(self.body)
 
     @property

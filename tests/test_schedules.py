@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, queue, schedules
+from drainer import clock, queue, schedules, tasks
 from drainer.queue import Job
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
@@ -181,6 +181,16 @@ def test_bad_declarations_are_configuration_errors(declared):
         drainer.schedule("x", "x", "@daily", payload={1, 2})
 
 
+def test_a_cron_of_six_fields_is_refused_where_it_is_declared(declared):
+    # cronsim reads a sixth field as seconds: "*/5 * * * * *" would run every 5 seconds.
+    six = "*/5 * * * * *"
+    with pytest.raises(drainer.ConfigError, match=r"'\*/5 \* \* \* \* \*' \(6 fields"):
+        drainer.schedule("often", "often", six)
+    with pytest.raises(drainer.ConfigError, match=r"schedule 'often'.*6 fields"):
+        drainer.task("often", cron=six)
+    assert schedules.declared() == {} and tasks.registered() == {}
+
+
 def test_a_task_with_cron_declares_its_own_schedule(conn, declared):
     @drainer.task("nightly", cron="0 3 * * *", tz="Europe/Paris", max_attempts=2)
     def nightly(job):
@@ -208,7 +218,7 @@ CONCURRENT = """
 import sys
 from datetime import datetime, UTC
 import psycopg
-from drainer import clock, schedules
+from drainer import clock, schedules, tasks
 clock.database_now = lambda: datetime(2026, 8, 1, 11, 59, 59, tzinfo=UTC)
 daily = schedules.schedule("noon", "noon", "0 12 * * *")
 with psycopg.connect(sys.argv[1], autocommit=True) as conn:
