@@ -213,6 +213,11 @@ def _when(run_at: datetime | None, delay: float | timedelta | None
           ) -> dict[str, datetime | timedelta | None]:
     if run_at is not None and delay is not None:
         raise BadInput("give run_at or delay, not both")
+    if isinstance(run_at, datetime) and run_at.utcoffset() is None:
+        # The database would read it in the session's time zone, the server's or the
+        # role's: a job due at a time the caller never meant.
+        raise BadInput(f"run_at {run_at.isoformat()} has no time zone; give an aware "
+                       "datetime, e.g. datetime.now(UTC) + timedelta(minutes=10)")
     if isinstance(delay, int | float):
         try:
             delay = timedelta(seconds=delay)

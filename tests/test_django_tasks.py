@@ -9,7 +9,7 @@ On Django 6 the framework is django.tasks; before, the django-tasks backport."""
 import json
 import subprocess
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -23,15 +23,15 @@ if django.VERSION < (6,):
 SETTINGS = "tests.djangoproject.settings"
 
 
-def env(db_url: str) -> dict[str, str]:
+def env(db_url: str, **settings: str) -> dict[str, str]:
     backport = {"DRAINER_DJANGO_BACKPORT": "1"} if django.VERSION < (6,) else {}
     return clean_env(DJANGO_SETTINGS_MODULE=SETTINGS, DRAINER_DJANGO_DATABASE_URL=db_url,
-                     **backport)
+                     **backport, **settings)
 
 
-def app(db_url: str, *args: str) -> dict:
+def app(db_url: str, *args: str, **settings: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "tests.djangoproject.app", *args], text=True,
-                          capture_output=True, env=env(db_url), timeout=120)
+                          capture_output=True, env=env(db_url, **settings), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -100,6 +100,14 @@ def test_what_the_backend_refuses(project, db_url):
     assert refused["nul"].startswith("InvalidTask:") and "NUL" in refused["nul"]
     assert refused["missing"] == "TaskResultDoesNotExist"
     assert project.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+def test_without_use_tz_a_naive_run_after_is_meant_in_the_time_zone_setting(project, db_url):
+    # drainer.enqueue refuses a naive run_at; Django without USE_TZ means it in TIME_ZONE.
+    job = app(db_url, "naive", DRAINER_DJANGO_USE_TZ="0",
+              DRAINER_DJANGO_TIME_ZONE="America/New_York")["id"]
+    assert project.execute("SELECT run_at FROM jobs WHERE id = %s", [int(job)]).fetchone() == (
+        datetime(2030, 1, 1, 17, tzinfo=UTC),)
 
 
 def test_a_test_wrapped_in_a_transaction_drains_its_tasks_inside_it(project, db_url):

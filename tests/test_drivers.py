@@ -572,3 +572,40 @@ def test_sync_and_async_connections_are_refused_by_the_other_kind(db_url):
             await drainer.enqueue_many_async(object(), "mail", [{}])
 
     asyncio.run(scenario())
+
+
+def test_a_naive_run_at_is_bad_input_whatever_the_connection(conn, pg2, engine, db_url):
+    # The database would read it in the session's time zone: on a server in New York,
+    # "UTC now + 10 minutes" became a job due hours later.
+    naive = datetime.now(UTC).replace(tzinfo=None) + timedelta(minutes=10)
+    conn.execute("SET TimeZone = 'America/New_York'")
+    task = drainer.Task(lambda job: None, "mail")
+    enqueues: list[Callable[[], object]] = [
+        lambda: drainer.enqueue(conn, "mail", {}, run_at=naive),
+        lambda: drainer.enqueue(conn, "mail", {}, run_at=naive, key="k", priority=1),
+        lambda: drainer.enqueue_many(conn, "mail", [{}, {}], run_at=naive),
+        lambda: task.enqueue(conn, {}, run_at=naive),
+        lambda: task.enqueue_many(conn, [{}], run_at=naive),
+        lambda: drainer.enqueue(pg2, "mail", {}, run_at=naive),
+        lambda: drainer.enqueue_many(pg2.cursor(), "mail", [{}], run_at=naive),
+    ]
+    for enqueue in enqueues:
+        with pytest.raises(drainer.BadInput, match="has no time zone"):
+            enqueue()
+    with engine.connect() as app, pytest.raises(drainer.BadInput, match="has no time zone"):
+        drainer.enqueue(app, "mail", {}, run_at=naive)
+
+    async def asynchronously() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as app:
+            with pytest.raises(drainer.BadInput, match="has no time zone"):
+                await drainer.enqueue_async(app, "mail", {}, run_at=naive)
+            with pytest.raises(drainer.BadInput, match="has no time zone"):
+                await task.enqueue_many_async(app, [{}], run_at=naive)
+
+    asyncio.run(asynchronously())
+    pg2.commit()
+    assert count(conn) == 0
+    # An aware one is stored as the moment it names, whatever the session's zone.
+    job = drainer.enqueue(conn, "mail", {}, run_at=naive.replace(tzinfo=UTC))
+    assert conn.execute("SELECT run_at FROM jobs WHERE id = %s", (job,)).fetchone() == (
+        naive.replace(tzinfo=UTC),)

@@ -3,8 +3,9 @@ made once per process): `python -m tests.djangoproject.app COMMAND`, JSON on std
 
 enqueue: the app's rows and tasks, in atomic() blocks committed and rolled back,
 prints each task's result id; results IDS...: each result's state; invalid: the
-InvalidTask errors of what the backend refuses; in_test: what a test wrapped in a
-transaction (as Django's TestCase does) sees of drainer.testing.drain_now.
+InvalidTask errors of what the backend refuses; naive: a task due at a naive time;
+in_test: what a test wrapped in a transaction (as Django's TestCase does) sees of
+drainer.testing.drain_now.
 """
 
 import json
@@ -57,6 +58,11 @@ def enqueue() -> dict[str, object]:
     ids["first_status"] = first.status
     ids["first_backend"] = first.backend
     return ids
+
+
+def naive() -> dict[str, object]:
+    """A task due at a naive time, meant in TIME_ZONE (USE_TZ = False)."""
+    return {"id": tasks.add.using(run_after=datetime(2030, 1, 1, 12)).enqueue(0, 0).id}
 
 
 def results(ids: list[str]) -> dict[str, object]:
@@ -127,6 +133,6 @@ def invalid() -> dict[str, str]:
 
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
-    commands = {"enqueue": enqueue, "invalid": invalid, "in_test": in_test}
+    commands = {"enqueue": enqueue, "invalid": invalid, "in_test": in_test, "naive": naive}
     found = commands[command]() if not rest else results(rest)
     print(json.dumps(found, default=str))

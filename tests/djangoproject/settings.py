@@ -8,7 +8,8 @@ import psycopg
 _info = psycopg.conninfo.conninfo_to_dict(os.environ["DRAINER_DJANGO_DATABASE_URL"])
 
 SECRET_KEY = "tests-only"
-USE_TZ = True
+USE_TZ = os.environ.get("DRAINER_DJANGO_USE_TZ", "1") == "1"
+TIME_ZONE = os.environ.get("DRAINER_DJANGO_TIME_ZONE", "UTC")
 INSTALLED_APPS = ["django_tasks"] if os.environ.get("DRAINER_DJANGO_BACKPORT") else []
 DATABASES = {"default": {
     "ENGINE": "django.db.backends.postgresql", "NAME": _info["dbname"],
