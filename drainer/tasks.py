@@ -164,12 +164,31 @@ def task(queue: str, *, timeout: float | timedelta | None = None,
     own = None if cron is None else Schedule(queue, queue, cron, tz, max_attempts=max_attempts)
 
     def register(fn: Handler) -> Task:
+        _check_unique(queue, fn)
         made = _REGISTRY[queue] = shape.of(fn)
         if own is not None:
             schedules.declare(own)
         return made
 
     return register
+
+
+def _check_unique(queue: str, fn: Handler) -> None:
+    """ConfigError when another function already handles `queue`: the later one would
+    silently take its jobs. The same function registered again (its module executed
+    anew, by Django's autoreload or pytest's importlib mode) replaces it quietly."""
+    held = _REGISTRY.get(queue)
+    if held is not None and _name(held.fn) != _name(fn):
+        raise ConfigError(f"@task({queue!r}) on {_name(fn)}: queue {queue!r} already has a "
+                          f"task, {_name(held.fn)}; a queue has one handler (give one of "
+                          "them another queue)")
+
+
+def _name(fn: Handler) -> str:
+    """`module.qualname`: what stays the same when a module is executed again."""
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}.{qualname}"
 
 
 def _unset(job: Job) -> object:
