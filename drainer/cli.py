@@ -40,7 +40,8 @@ COMMANDS = {
     "enqueue": "enqueue one job, or one job per JSON line on stdin (all or nothing)",
     "stats": "jobs per queue and status, oldest ready age, expired leases, vacuum health",
     "doctor": "checks that explain slowness or a compute that never suspends, each with "
-              "what to do; exit 1 if a problem is found",
+              "what to do (with --tasks, ready jobs in queues none of their tasks drains); "
+              "exit 1 if a problem is found",
     "reap": "only reap: expired leases back to queued (failed at max_attempts)",
     "archive": "only archive: done jobs older than --archive-after and failed ones older "
                "than --archive-failed-after leave the jobs table",
@@ -100,7 +101,7 @@ DATABASE: Group = ("database", (s.DATABASE_URL, s.NO_PREPARE))
 DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
                           s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.EVENT_LOOP, s.VERBOSE))
 ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
-DOCTOR: Group = ("doctor", (s.MAX_READY_AGE,))
+DOCTOR: Group = ("doctor", (s.MAX_READY_AGE, s.TASKS))
 # Each command's settings: the one place that says which command reads which variable.
 SETTINGS: dict[str, tuple[Group, ...]] = {
     "drain": (DATABASE, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
@@ -584,8 +585,10 @@ def cmd_stats(args: argparse.Namespace) -> None:
 def cmd_doctor(args: argparse.Namespace) -> None:
     from . import doctor
 
+    # With task modules, ready jobs that none of their tasks handles are a finding.
+    known = list(select(args.tasks, [])[0]) if args.tasks else None
     with _open(args) as conn:
-        findings = doctor.diagnose(conn, max_ready_age=args.max_ready_age)
+        findings = doctor.diagnose(conn, max_ready_age=args.max_ready_age, tasks=known)
     if args.json:
         _emit(doctor.as_json(findings))
     else:

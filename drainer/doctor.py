@@ -10,7 +10,7 @@ with its string literals and comments masked.
 import itertools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
@@ -18,7 +18,7 @@ import psycopg
 
 from . import sql
 from .limits import describe, fills
-from .queue import MANY_QUEUES, claim_kind, claim_sql
+from .queue import MANY_QUEUES, claim_kind, claim_sql, due
 from .run import DEFAULT_LEASE
 from .settings import DEFAULT_MAX_READY_AGE
 
@@ -346,13 +346,26 @@ def _limits(conn: psycopg.Connection) -> list[Finding]:
             for fill in fills(conn) if fill["held"]]
 
 
-def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_READY_AGE
-             ) -> list[Finding]:
-    """Every finding, problems first; an empty list means healthy."""
+def _no_task(conn: psycopg.Connection, known: Sequence[str] | None) -> list[Finding]:
+    """A problem when ready jobs wait in queues none of the `known` tasks handles (not
+    checked without them): no drain of these tasks will ever run those jobs."""
+    stray = [] if known is None else due(conn, [], known=known).no_task
+    return [Finding(
+        "no_task", "problem", f"ready jobs in queues no task drains: {', '.join(stray)}",
+        "check the queue name the producer enqueues to, or name the module that defines "
+        "the queue's @task in --tasks (DRAINER_TASKS)", [{"queue": q} for q in stray])
+    ] if stray else []
+
+
+def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_READY_AGE,
+             tasks: Sequence[str] | None = None) -> list[Finding]:
+    """Every finding, problems first; an empty list means healthy. `tasks`: the queues
+    that have a task, to find ready jobs that none will run."""
     sessions = [_session(row) for row in _fetch(conn, "doctor_sessions")]
     job_findings, queues = _jobs(conn, max_ready_age)
     found = [*_transactions(sessions), *_vacuum(conn), *_claim_plan(conn, queues),
-             *job_findings, *_limits(conn), *_awake(sessions), *_visibility(conn)]
+             *job_findings, *_no_task(conn, tasks), *_limits(conn), *_awake(sessions),
+             *_visibility(conn)]
     return sorted(found, key=lambda f: f.severity != "problem")
 
 

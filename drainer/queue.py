@@ -1157,19 +1157,30 @@ def archive(
 class Due:
     """`next_due` and where it comes from: the earliest queued job's run_at and the
     earliest running job's lease end (None when there is none); `now`, the database
-    clock when they were read, for decisions about them taken outside SQL (wake-ups)."""
+    clock when they were read, for decisions about them taken outside SQL (wake-ups);
+    `no_task`: queues with ready jobs that no known task handles (sorted, at most
+    MAX_NO_TASK)."""
 
     next_due: datetime | None
     run_at: datetime | None
     lease_end: datetime | None
     now: datetime
+    no_task: list[str] = field(default_factory=list)
+
+
+MAX_NO_TASK = 20  # queue names next_due lists in `no_task` at most (its LIMIT)
 
 
 def due(conn: psycopg.Connection, queues: Sequence[str], *,
-        limited: Sequence[Limits] = (), now: datetime | None = None) -> Due:
+        limited: Sequence[Limits] = (), now: datetime | None = None,
+        known: Sequence[str] | None = None) -> Due:
     """When more work of `queues` and of the queues with `limited` becomes ready, and
-    why: for the latter, when their limits let a job start (in a second statement)."""
-    plain = Due(*sql.rows(conn, "next_due", {"queues": list(queues), "now": now})[0])
+    why: for the latter, when their limits let a job start (in a second statement).
+    With `known` (the queues that have a task), also the ready queues outside it: in
+    the same statement, a scan of the ready index that stops at MAX_NO_TASK names."""
+    next_, run_at, lease_end, read_at, no_task = sql.rows(conn, "next_due", {
+        "queues": list(queues), "now": now, "known": None if known is None else list(known)})[0]
+    plain = Due(next_, run_at, lease_end, read_at, sorted(no_task))
     if not limited:
         return plain
     rows = json.dumps([lim.fields for lim in limited])
@@ -1179,7 +1190,8 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     run_at, lease_end = cursor.fetchall()[0]
     run_at, lease_end = _earliest(plain.run_at, run_at), _earliest(plain.lease_end, lease_end)
     first = _earliest(run_at, lease_end)
-    return Due(None if first is None else max(first, plain.now), run_at, lease_end, plain.now)
+    return Due(None if first is None else max(first, plain.now), run_at, lease_end, plain.now,
+               plain.no_task)
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:

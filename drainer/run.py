@@ -11,7 +11,7 @@ import math
 import textwrap
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -50,6 +50,8 @@ class Summary:
     seconds: float = 0.0
     stopped: str = "empty"
     next_due: datetime | None = None
+    # Queues with ready jobs that no task of the run handles: nobody will run them.
+    no_task: list[str] = field(default_factory=list)
     # next_due's sources, for the wake-up decisions (drainer.wake); not in the JSON.
     next_run_at: datetime | None = None
     next_lease_end: datetime | None = None
@@ -57,8 +59,10 @@ class Summary:
 
     def plus(self, later: "Summary") -> "Summary":
         """`later` (its stop reason, next_due...) with this summary's counts added to its
-        own: the totals of a run made of several drains."""
-        return replace(later, **{n: getattr(self, n) + getattr(later, n) for n in COUNTS})
+        own, and the queues without a task that either saw: the totals of a run made of
+        several drains."""
+        return replace(later, **{n: getattr(self, n) + getattr(later, n) for n in COUNTS},
+                       no_task=sorted({*self.no_task, *later.no_task}))
 
     def as_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -536,9 +540,11 @@ class _Steps:
                 c, options.archive_after, failed_older_than=options.archive_failed_after,
                 to_table=self.has_archive, now=clock.database_now()))
         due = self.link.send(lambda c: queue.due(c, self.plain, limited=self.limited,
-                                                 now=clock.database_now()))
+                                                 now=clock.database_now(), known=list(self.tasks)))
         summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
             due.next_due, due.run_at, due.lease_end, due.now)
+        summary.no_task = due.no_task
+        warn_no_task(due.no_task)
         if self.left_out and summary.stopped == "empty" and due.next_due is not None \
                 and due.next_due <= due.now:
             # Something is due now, but is it a left-out queue's job that may start?
@@ -570,6 +576,15 @@ def _left_unwritten(outcome: Outcome) -> None:
         log.warning("the database did not answer in time: %d jobs that never started and "
                     "%d that finished are left to their lease (the finished ones run again)",
                     len(outcome.unstarted), finished)
+
+
+def warn_no_task(queues: list[str]) -> None:
+    """One stderr line naming the ready queues no task handles: their jobs would wait
+    for ever, and a misspelled queue name says nothing otherwise."""
+    if queues:
+        log.warning("ready jobs in queues no task drains: %s (check the queue name, or "
+                    "--tasks)", ", ".join(queues),
+                    extra={"data": {"event": "no_task", "queues": queues}})
 
 
 def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:

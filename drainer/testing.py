@@ -303,9 +303,11 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
         if ended:  # jobs cancelled under it: their places free now (see queue.let_go)
             queue.let_go(conn, ended, now=clock.database_now())
         run._log_failures(settled, outcome)
-    due = queue.due(conn, plain, limited=limited, now=clock.database_now())
+    due = queue.due(conn, plain, limited=limited, now=clock.database_now(), known=list(handlers))
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
         due.next_due, due.run_at, due.lease_end, due.now)
+    summary.no_task = due.no_task
+    run.warn_no_task(due.no_task)
     summary.seconds = clock.monotonic() - began
     return summary
 

@@ -320,8 +320,8 @@ def test_drain_prints_the_summary_last_and_logs_to_stderr(db_url):
     result = run_cli("drain", "--database-url", db_url, "--tasks", "noop")
     s = summary_of(result.stdout)
     assert set(s) == {"claimed", "done", "retried", "failed", "lost", "reaped", "archived",
-                      "seconds", "stopped", "next_due"}
-    assert s["done"] == 25 and s["next_due"] is None
+                      "seconds", "stopped", "next_due", "no_task"}
+    assert s["done"] == 25 and s["next_due"] is None and s["no_task"] == []
     assert len(result.stdout.strip().splitlines()) == 1  # stdout holds only the summary
     assert "done 25" in result.stderr
 

@@ -681,11 +681,12 @@ WHERE id = ANY(ARRAY(:archive_old)) AND (:archive_aged);
 -- run_at or a running job's lease end, clamped to now() when work is ready already,
 -- NULL when nothing is left; then its two sources, the earliest queued run_at and the
 -- earliest lease end (a lease end matters only if its holder died: the wake-ups tell
--- them apart), and the database clock's now() they were judged at. Another producer
+-- them apart), the database clock's now() they were judged at, and the queues with
+-- ready jobs that none of %(known)s names (none when it is NULL). Another producer
 -- may write times Python cannot hold: past year 9998 ('infinity' too) a job is
 -- parked, never due; before year 2 ('-infinity' too) it is ready, due now. The
 -- sources are computed once (MATERIALIZED), however often the answer names them.
-WITH t(now) AS (SELECT coalesce(%(now)s, now())),
+WITH RECURSIVE t(now) AS (SELECT coalesce(%(now)s, now())),
 d AS MATERIALIZED (SELECT
   (SELECT min(r.run_at)
    FROM unnest(%(queues)s::text[]) AS q(name)
@@ -696,12 +697,30 @@ d AS MATERIALIZED (SELECT
    ) AS r) AS queued,
   (SELECT min(locked_until) FROM jobs
    WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
-     AND locked_until < '9999-01-01') AS leased)
+     AND locked_until < '9999-01-01') AS leased),
+-- The first 1,000 queues (by name) that have queued jobs, one index descent apiece
+-- (a loose index scan of the ready index), read only as far as the answer's last
+-- column needs: up to 20 of them with a ready job that none of %(known)s names (a
+-- misspelled queue, a task module not loaded): jobs no task of the drain will run.
+-- NOT IN (subquery) is a hashed lookup: the names it scans are never all read first.
+listed(queue, n) AS (
+  (SELECT queue, 1 FROM jobs WHERE status = 'queued' AND %(known)s::text[] IS NOT NULL
+   ORDER BY queue LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.queue FROM jobs j WHERE j.status = 'queued' AND j.queue > q.queue
+          ORDER BY j.queue LIMIT 1), q.n + 1
+  FROM listed q WHERE q.queue IS NOT NULL AND q.n < 1000
+)
 SELECT CASE WHEN least(queued, leased) IS NULL THEN NULL
             ELSE greatest(least(queued, leased), t.now) END,
        CASE WHEN queued < '0002-01-01' THEN t.now ELSE queued END,
        CASE WHEN leased < '0002-01-01' THEN t.now ELSE leased END,
-       t.now
+       t.now,
+       ARRAY(SELECT q.queue FROM listed q
+             WHERE q.queue NOT IN (SELECT unnest(%(known)s::text[]))
+               AND EXISTS (SELECT FROM jobs j WHERE j.queue = q.queue
+                             AND j.status = 'queued' AND j.run_at <= t.now)
+             LIMIT 20)
 FROM d, t;
 
 -- name: enqueue
