@@ -61,7 +61,7 @@ def test_each_command_offers_only_the_options_it_uses():
     assert offered("drain") == DATABASE_OPTIONS | DRAIN
     assert offered("work") == DATABASE_OPTIONS | DRAIN | {"--listen-url", "--poll-interval"}
     assert offered("archive") == DATABASE_OPTIONS | ARCHIVE
-    assert offered("doctor") == DATABASE_OPTIONS | {"--json", "--max-ready-age"}
+    assert offered("doctor") == DATABASE_OPTIONS | {"--json", "--max-ready-age", "--tasks"}
     for command in ("migrate", "reap", "cancel"):
         assert offered(command) == DATABASE_OPTIONS
     assert offered("demo") == {"-h", "--help"}
