@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -59,8 +60,10 @@ COMMANDS = {
                  "and its outcome; --sync brings them in line with the task modules (a "
                  "deploy step)",
     "demo": "on the embedded database: enqueue sample jobs, drain them, show the result",
-    "db": "the embedded PostgreSQL under ./.drainer/: `db url` prints its URL, `db start` "
-          "keeps it running for your app, `db stop` stops it (never DATABASE_URL's database)",
+    "db": "the embedded PostgreSQL under ./.drainer/: `db url` prints its URL, `db env` "
+          "the `export DATABASE_URL=...` line for eval, `db start` keeps it running for "
+          "your app (and prints that line too), `db stop` stops it (never DATABASE_URL's "
+          "database)",
 }
 
 EPILOG = """\
@@ -164,10 +167,10 @@ DB_DESCRIPTION = f"""\
 The embedded PostgreSQL under ./.drainer/: the database drainer uses when none is
 named, and one your own app can use too:
 
-  drainer db start                        # start it; it keeps running
-  python app.py "$(drainer db url)"       # your app connects to its URL
-  DRAINER_TASKS=myapp.tasks drainer       # drains it (no URL needed)
-  drainer db stop                         # stop it; the data stays in ./.drainer/
+  eval "$(drainer db start)"              # start it (it keeps running); sets DATABASE_URL
+  python app.py                           # your app reads DATABASE_URL
+  DRAINER_TASKS=myapp.tasks drainer       # drains it
+  drainer db stop && unset DATABASE_URL   # stop it; the data stays in ./.drainer/
 
 Without `db start`, a drainer command that needs the embedded server starts it,
 and the last such command to exit stops it.
@@ -175,16 +178,26 @@ and the last such command to exit stops it.
 {DB_ALWAYS}"""
 
 # `db`'s actions: (the one-line help, what --help adds).
+EXPORTS = ("prints `export DATABASE_URL=...` on stdout, the URL quoted for the shell, "
+           "for `eval` (notes go to stderr; a DRAINER_DATABASE_URL set in the environment, "
+           "which drainer commands would prefer, is unset too)")
+
+# `db`'s actions: (the one-line help, what --help adds).
 DB_ACTIONS = {
     "url": ("print the embedded PostgreSQL's URL on stdout (starting it if needed)",
             "Prints the URL alone on stdout, so that $(drainer db url) is the URL (notes go "
             "to stderr). Starts and migrates the server first if it is not running, and "
             "leaves it running for your app, as `db start` does:\n\n"
-            "  export DATABASE_URL=$(drainer db url)\n  psql \"$(drainer db url)\""),
+            "  psql \"$(drainer db url)\""),
+    "env": ("print `export DATABASE_URL=...` for a shell's eval (starting it if needed)",
+            f"The line `eval` reads: it {EXPORTS}. Starts and migrates the server first if it "
+            "is not running, and leaves it running for your app, as `db start` does:\n\n"
+            "  eval \"$(drainer db env)\"\n  python app.py    # reads DATABASE_URL"),
     "start": ("start the embedded PostgreSQL and keep it running for an app",
-              "Creates it on first use, starts it, migrates it (the jobs table is there for "
-              "drainer.enqueue) and prints its URL; it keeps running after drainer commands "
-              "exit, until `drainer db stop`. Already running: says so, and keeps it."),
+              "Creates it on first use, starts it and migrates it (the jobs table is there "
+              "for drainer.enqueue); it keeps running after drainer commands exit, until "
+              "`drainer db stop`. Already running: says so, and keeps it. As `db env`, it "
+              f"{EXPORTS}:\n\n  eval \"$(drainer db start)\""),
     "stop": ("stop the embedded PostgreSQL (the data stays)",
              "A fast shutdown: open sessions, a running `drainer work` or drain included, "
              "are disconnected, and the data stays in ./.drainer/pgdata for the next start. "
@@ -694,19 +707,40 @@ def _db_up(args: argparse.Namespace) -> tuple[str, bool]:
     return url, was_running
 
 
-def cmd_db_url(args: argparse.Namespace) -> None:
+def _exports(url: str) -> str:
+    """The lines a POSIX shell's `eval` runs to point DATABASE_URL at `url`. A
+    DRAINER_DATABASE_URL in the environment would win over it for drainer commands,
+    which would then drain another database than the app's: it is unset."""
+    lines = [f"export DATABASE_URL={shlex.quote(url)}"]
+    if os.environ.get("DRAINER_DATABASE_URL"):
+        log.info("note: DRAINER_DATABASE_URL is set and drainer commands prefer it to "
+                 "DATABASE_URL; eval of these lines unsets it")
+        lines.append("unset DRAINER_DATABASE_URL")
+    return "\n".join(lines)
+
+
+def _db_kept(args: argparse.Namespace) -> str:
+    """`db url` and `db env`: the server's URL, started and kept if it was not running."""
     url, was_running = _db_up(args)
     if not was_running:
         log.info("started the embedded PostgreSQL in ./%s/; it keeps running until "
                  "`drainer db stop`", config.EMBEDDED_DIR)
-    print(url, flush=True)
+    return url
+
+
+def cmd_db_url(args: argparse.Namespace) -> None:
+    print(_db_kept(args), flush=True)
+
+
+def cmd_db_env(args: argparse.Namespace) -> None:
+    print(_exports(_db_kept(args)), flush=True)
 
 
 def cmd_db_start(args: argparse.Namespace) -> None:
     url, was_running = _db_up(args)
     log.info("the embedded PostgreSQL in ./%s/ %s; `drainer db stop` stops it",
              config.EMBEDDED_DIR, "was already running" if was_running else "is started")
-    print(url, flush=True)
+    print(_exports(url), flush=True)
 
 
 def cmd_db_stop(_args: argparse.Namespace) -> None:
@@ -740,7 +774,8 @@ def cmd_db(args: argparse.Namespace) -> None:
     if _elsewhere(config.database_url(None)):  # the user may expect `db` to follow it
         log.info("note: `db` acts on the embedded PostgreSQL in ./%s/, not on the database "
                  "DATABASE_URL (or DRAINER_DATABASE_URL, PG*) names", config.EMBEDDED_DIR)
-    {"url": cmd_db_url, "start": cmd_db_start, "stop": cmd_db_stop}[args.action](args)
+    {"url": cmd_db_url, "env": cmd_db_env, "start": cmd_db_start,
+     "stop": cmd_db_stop}[args.action](args)
 
 
 RUN = {"drain": cmd_drain, "work": cmd_work, "migrate": cmd_migrate, "enqueue": cmd_enqueue,

@@ -9,6 +9,8 @@ children rename themselves, and a dead one that was not reaped has none.
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,7 +24,7 @@ import psycopg
 import pytest
 
 import drainer
-from tests.helpers import clean_env, run_cli, summary_of, wait_until
+from tests.helpers import ROOT, clean_env, run_cli, summary_of, wait_until
 
 ELSEWHERE = "postgresql://nobody@127.0.0.1:1/elsewhere"  # a DATABASE_URL `db` must ignore
 
@@ -96,6 +98,11 @@ def test_db_help_says_it_acts_on_the_embedded_server_whatever_database_url_says(
     refused = run_cli("db", "url", "--database-url", ELSEWHERE)  # no such option to mislead
     assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr
     assert "$(drainer db url)" in flat(run_cli("db", "url", "--help").stdout)
+    # The app reads DATABASE_URL, as the tutorial's does; `eval` sets it.
+    described = run_cli("db", "--help").stdout
+    assert 'eval "$(drainer db start)"' in described and "reads DATABASE_URL" in described
+    for action in ("start", "env"):
+        assert f'eval "$(drainer db {action})"' in run_cli("db", action, "--help").stdout
     assert "db" in run_cli("--help").stdout
     missing = run_cli("db")
     assert missing.returncode == 2 and "ACTION" in missing.stderr
@@ -113,7 +120,8 @@ def test_db_url_start_and_stop_serve_an_app(workdir):
     assert Path(where) == workdir / ".drainer" / "pgdata"
 
     again = cli(workdir, "db", "start", DATABASE_URL=ELSEWHERE)
-    assert again.stdout.strip() == url and "already running" in again.stderr
+    assert again.stdout == f"export DATABASE_URL={shlex.quote(url)}\n"
+    assert "already running" in again.stderr
     drained = summary_of(cli(workdir, "drain", "--tasks", "noop").stdout)
     assert drained["done"] == 1
     assert len(postmasters(workdir)) == 1  # a drain leaves a kept server running
@@ -124,6 +132,48 @@ def test_db_url_start_and_stop_serve_an_app(workdir):
     stopped = cli(workdir, "db", "stop", DATABASE_URL=ELSEWHERE)
     assert "stopped" in stopped.stderr and postmasters(workdir) == []
     assert "not running" in cli(workdir, "db", "stop").stderr
+
+
+def in_bash(workdir: Path, script: str, **env: str) -> subprocess.CompletedProcess:
+    """`script` run by bash in `workdir`, where `drainer` and `python` are this
+    interpreter's (as in a virtualenv a user has activated)."""
+    shims = 'drainer() { "$PY" -m drainer "$@"; }; python() { "$PY" "$@"; }; '
+    result = subprocess.run(["bash", "-c", shims + script], cwd=workdir, capture_output=True,
+                            text=True, env=clean_env(PY=sys.executable, **env), timeout=120)
+    assert result.returncode == 0, (script, result.stdout, result.stderr)
+    return result
+
+
+def test_db_start_and_db_env_print_the_lines_a_shells_eval_runs(workdir):
+    script = ('eval "$(drainer db start)" && drainer enqueue default "{}" >/dev/null && '
+              'printf "%s\\n%s\\n" "$DATABASE_URL" "${DRAINER_DATABASE_URL-unset}"')
+    url, drainer_url = in_bash(workdir, script, DATABASE_URL=ELSEWHERE,
+                               DRAINER_DATABASE_URL=ELSEWHERE).stdout.splitlines()
+    assert url == cli(workdir, "db", "url").stdout.strip()  # the embedded server's
+    assert drainer_url == "unset"  # drainer commands would have preferred it
+    env = cli(workdir, "db", "env")
+    assert shlex.split(env.stdout) == ["export", f"DATABASE_URL={url}"]
+    assert "unset" in cli(workdir, "db", "env", DRAINER_DATABASE_URL=ELSEWHERE).stdout
+    # The enqueue after eval went to the embedded server, not to ELSEWHERE.
+    assert summary_of(cli(workdir, "drain", "--tasks", "noop").stdout)["done"] == 1
+    cli(workdir, "db", "stop")
+
+
+def documented_evals() -> set[str]:
+    """Every `eval "$(...)"` the README and the examples show."""
+    pages = [ROOT / "README.md", *(ROOT / "examples").rglob("*.md")]
+    return {found for page in pages
+            for found in re.findall(r'eval "\$\([^)]*\)"', page.read_text())}
+
+
+def test_every_documented_eval_sets_database_url_to_the_embedded_servers(workdir):
+    evals = documented_evals()
+    assert {'eval "$(drainer db start)"', 'eval "$(python -m drainer db start)"',
+            'eval "$(drainer db env)"'} <= evals
+    for line in sorted(evals):
+        shown = in_bash(workdir, f'{line} && printf "%s" "$DATABASE_URL"').stdout
+        assert shown == cli(workdir, "db", "url").stdout.strip(), line
+    cli(workdir, "db", "stop")
 
 
 def test_a_server_in_use_is_stopped_by_its_last_user_only(workdir):

@@ -14,7 +14,8 @@ EXAMPLE = ROOT / "examples" / "fastapi-app"
 def client(db_url, monkeypatch):
     from fastapi.testclient import TestClient
 
-    monkeypatch.setenv("DRAINER_DATABASE_URL", db_url)
+    monkeypatch.setenv("DATABASE_URL", db_url)  # as `eval "$(drainer db start)"` sets it
+    monkeypatch.delenv("DRAINER_DATABASE_URL", raising=False)
     monkeypatch.delenv("DRAINER_FUNCTION", raising=False)
     monkeypatch.syspath_prepend(str(EXAMPLE))
     for name in ("app", "tasks"):

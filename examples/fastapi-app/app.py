@@ -1,7 +1,7 @@
 """A FastAPI service that enqueues a job in the same transaction as its own data, then
 has the job drained once the transaction has committed.
 
-    DRAINER_DATABASE_URL=postgresql://... uvicorn app:app
+    DATABASE_URL=postgresql://... uvicorn app:app
 
 POST /orders inserts an order and enqueues its confirmation email in one transaction:
 both are committed, or neither. After the commit, the drain is started: on AWS, set
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 import drainer
 
-URL = os.environ["DRAINER_DATABASE_URL"]
+URL = os.environ["DATABASE_URL"]  # drainer commands read it too
 SCHEMA = "CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, email text NOT NULL)"
 
 

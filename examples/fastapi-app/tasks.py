@@ -9,7 +9,7 @@ from drainer import task
 
 @task("email", max_attempts=8)
 def confirm(job):
-    with psycopg.connect(os.environ["DRAINER_DATABASE_URL"], autocommit=True) as conn:
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS sent (order_id bigint PRIMARY KEY)")
         conn.execute("INSERT INTO sent VALUES (%s) ON CONFLICT DO NOTHING",
                      (job.payload["order"],))  # idempotent: a job may run twice
