@@ -290,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("ids", metavar="ID", nargs="*", type=_checked(positive_int),
                    help="failed job ids")
     r.add_argument("--queue", type=check_queue_arg, help="every failed job of this queue")
-    parsers["cancel"].add_argument("ids", metavar="ID", nargs="+", type=_checked(positive_int),
-                                   help="queued or running job ids")
+    parsers["cancel"].add_argument(
+        "ids", metavar="ID", nargs="+", type=_checked(positive_int),
+        help="queued or running job ids; each that is one is cancelled. A job already done "
+             "or failed is left as it is, and named on stderr; an id that is no job (in "
+             "jobs or the archive) is named too, and makes the exit status 1")
     _add_failed_and_show(parsers["failed"], parsers["show"])
     sc = parsers["schedules"]
     sc.add_argument("--sync", action="store_true",
@@ -640,13 +643,20 @@ def cmd_requeue(args: argparse.Namespace) -> None:
 
 
 def cmd_cancel(args: argparse.Namespace) -> None:
+    from . import failures
+
     with _open(args) as conn:
         ids = queue.cancel(conn, args.ids)
-    not_cancelled = sorted(set(args.ids) - set(ids))
-    if not_cancelled:
-        log.warning("not cancelled (already done or failed, or no such job): %s",
-                    ", ".join(map(str, not_cancelled)))
-    _emit({"cancelled": len(ids), "ids": ids})
+        left = sorted(set(args.ids) - set(ids))
+        known, where = failures.statuses(conn, left) if left else ({}, "jobs")
+    missing = [job_id for job_id in left if job_id not in known]
+    if known:
+        log.warning("not cancelled, already finished: %s",
+                    ", ".join(f"{job_id} ({status})" for job_id, status in sorted(known.items())))
+    _emit({"cancelled": len(ids), "ids": ids, **({"not_found": missing} if missing else {})})
+    if missing:  # a mistyped id: as `show` does, exit 1 (what exists is cancelled)
+        raise DrainerError(f"no job {', '.join(map(str, missing))} in {where}; "
+                           f"{len(ids)} of {len(set(args.ids))} cancelled")
 
 
 def cmd_schedules(args: argparse.Namespace) -> None:

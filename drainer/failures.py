@@ -99,6 +99,18 @@ def job(conn: psycopg.Connection, job_id: int) -> tuple[dict[str, object], bool]
     return _loads(row[0]), archived
 
 
+def statuses(conn: psycopg.Connection, ids: list[int]) -> tuple[dict[int, str], str]:
+    """The status of each of `ids` that is a job (an archived one's says so), and where
+    the others were looked for, for a message naming them."""
+    found = {job_id: status for job_id, status in sql.rows(conn, "job_statuses", {"ids": ids})}
+    if not sql.features(conn).archive:
+        return found, "jobs"
+    rest = [job_id for job_id in ids if job_id not in found]
+    archived = sql.rows(conn, "archived_job_statuses", {"ids": rest}) if rest else []
+    return found | {job_id: f"{status}, archived" for job_id, status in archived}, \
+        "jobs or jobs_archive"
+
+
 def _loads(text: str) -> dict[str, object]:
     """The row's JSON; a row Python's json cannot load (a payload nested too deep, a
     number too long) is shown as the database's JSON text."""

@@ -306,8 +306,9 @@ def test_stats_reap_archive_requeue_cancel(db_url):
         queued = [r[0] for r in conn.execute("SELECT id FROM jobs WHERE status = 'queued' "
                                              "ORDER BY id")]
     cancelled = run_cli("cancel", str(queued[0]), "999999", *url)
-    assert json.loads(cancelled.stdout) == {"cancelled": 1, "ids": [queued[0]]}
-    assert "999999" in cancelled.stderr
+    assert json.loads(cancelled.stdout) == {"cancelled": 1, "ids": [queued[0]],
+                                            "not_found": [999999]}
+    assert cancelled.returncode == 1 and "999999" in cancelled.stderr
     with connect(db_url) as conn:
         assert conn.execute("SELECT status, last_error FROM jobs WHERE id = %s",
                             (queued[0],)).fetchone() == ("failed", "cancelled")

@@ -249,3 +249,30 @@ def test_stats_counts_the_rows_and_labels_the_vacuum_statistics_as_an_estimate(d
     [health] = [line for line in text.splitlines() if "dead tuples" in line]
     assert health.startswith("vacuum statistics (PostgreSQL's estimate, updated lazily): ")
     assert re.search(r": \d+ live, \d+ dead tuples; last autovacuum .+, last vacuum ", health)
+
+
+def test_cancel_of_an_id_that_is_no_job_says_so_and_exits_1(db_url):
+    """As `show` of it does; the ids that are jobs are cancelled all the same, and a
+    job already finished (in jobs or the archive) is no error."""
+    url = ("--database-url", db_url)
+    with connect(db_url) as conn:
+        queued, done, old = (conn.execute(
+            "INSERT INTO jobs (payload, status, created_at) "
+            "VALUES ('{}', %s, now() - %s::interval) RETURNING id", (status, age)).fetchone()[0]
+            for status, age in (("queued", "0 s"), ("done", "0 s"), ("done", "30 days")))
+    run_cli("archive", *url)  # the old done job leaves for the archive
+    mixed = run_cli("cancel", str(queued), str(done), str(old), "99999", "99998", *url)
+    assert mixed.returncode == 1
+    assert json.loads(mixed.stdout) == {"cancelled": 1, "ids": [queued],
+                                        "not_found": [99998, 99999]}
+    error = [line for line in mixed.stderr.splitlines() if line.startswith("drainer: error:")]
+    assert error == ["drainer: error: no job 99998, 99999 in jobs or jobs_archive; 1 of 5 "
+                     "cancelled"]
+    assert f"{done} (done), {old} (done, archived)" in mixed.stderr
+
+    again = run_cli("cancel", str(queued), str(old), *url)  # finished: nothing to do
+    assert again.returncode == 0 and f"{queued} (cancelled)" in again.stderr
+    unknown = run_cli("cancel", "99999", *url)
+    assert unknown.returncode == 1
+    assert json.loads(unknown.stdout) == {"cancelled": 0, "ids": [], "not_found": [99999]}
+    assert "no job 99999" in unknown.stderr

@@ -984,6 +984,19 @@ SELECT row_to_json(j)::text FROM jobs j WHERE j.id = %(id)s;
 -- `drainer show` of a job no longer in `jobs`, when `migrate` created the archive.
 SELECT row_to_json(a)::text FROM jobs_archive a WHERE a.id = %(id)s;
 
+-- name: job_statuses
+-- `drainer cancel` of ids it could not withdraw: which of them are jobs, and their status
+-- ('cancelled' for a job withdrawn already).
+SELECT id, CASE WHEN status = 'failed' AND last_error = 'cancelled' THEN 'cancelled'
+                ELSE status END
+FROM jobs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: archived_job_statuses
+-- The same, in the archive, when `migrate` created it.
+SELECT id, CASE WHEN status = 'failed' AND last_error = 'cancelled' THEN 'cancelled'
+                ELSE status END
+FROM jobs_archive WHERE id = ANY(%(ids)s::bigint[]);
+
 -- name: job_result
 -- `drainer.result`: a job's status, its kept return value (JSON text; NULL when none
 -- was kept) and last error, from jobs.
