@@ -20,7 +20,7 @@ import psycopg
 from . import clock, db, hooks, queue, schedules, stopping, tracing
 from . import tasks as tasks_
 from .batch import Batch, Land, Outcome, Pace
-from .errors import ConfigError, DatabaseUnavailable, DrainerError
+from .errors import ConfigError, DatabaseUnavailable, DrainerError, SchemaMissing
 from .limits import Limits
 from .tasks import Handler, Task, as_task
 
@@ -278,7 +278,7 @@ def drain(
     the session drops mid-drain; without it the drain stops with the error.
 
     A DrainerError raised after the drain began carries `summary`, the JSON of the
-    work done until then."""
+    work done until then; SchemaMissing none (there was no table to work on)."""
     missing = sorted(set(options.queues) - set(handlers))
     if missing or not options.queues:
         raise ConfigError(f"no handler for queues {missing}" if missing else "no queues to drain")
@@ -301,7 +301,8 @@ def drain(
         _drain(link, handlers, options, stop, summary, on_batch, on_claim, traced)
     except DrainerError as exc:
         summary.seconds = clock.monotonic() - began
-        exc.summary = summary.as_json()
+        if not isinstance(exc, SchemaMissing):  # no jobs table: no work done, nor
+            exc.summary = summary.as_json()     # queues found empty, to report
         failed = exc
         raise
     except BaseException as exc:
