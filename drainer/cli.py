@@ -55,7 +55,8 @@ COMMANDS = {
     "failed": "failed jobs, newest first, one line each: id, queue, attempts, created, last "
               "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
     "show": "one job whole, from jobs or the archive: every column, the payload "
-            "pretty-printed and the last error in full; exit 1 if there is no such job",
+            "pretty-printed and the last error in full, and for a running job when its "
+            "lease ends (or that it ran out); exit 1 if there is no such job",
     "schedules": "each schedule: its cron expression and time zone, next slot, last run "
                  "and its outcome; --sync brings them in line with the task modules (a "
                  "deploy step)",
@@ -580,11 +581,11 @@ def cmd_show(args: argparse.Namespace) -> None:
     from . import failures
 
     with _open(args) as conn:
-        row, archived = failures.job(conn, args.id)
+        shown = failures.job(conn, args.id)
     if args.json:
-        _emit(row)
+        _emit(shown.row)
     else:
-        print(failures.format_job(row, archived))
+        print(failures.format_job(shown))
 
 
 def cmd_stats(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ an inspection command must show such a row, not fail on it.
 import json
 import re
 import shutil
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import psycopg
 
@@ -86,9 +86,18 @@ def format_failed(data: Failed, columns: int) -> str:
     return "\n".join(lines)
 
 
-def job(conn: psycopg.Connection, job_id: int) -> tuple[dict[str, object], bool]:
-    """Every column of the job's row, in table order, and whether it came from the
-    archive; DrainerError (exit 1) when neither table has it."""
+class Shown(NamedTuple):
+    """`drainer show`'s job: its row, whether it came from the archive, and the seconds
+    its lease has left (negative: it ran out; None: it has none that ends)."""
+
+    row: dict[str, object]
+    archived: bool
+    lease_left: float | None
+
+
+def job(conn: psycopg.Connection, job_id: int) -> Shown:
+    """Every column of the job's row, in table order, and where it came from;
+    DrainerError (exit 1) when neither table has it."""
     row = sql.row(conn, "show_job", {"id": job_id})
     archived = row is None and sql.features(conn).archive
     if archived:
@@ -96,7 +105,7 @@ def job(conn: psycopg.Connection, job_id: int) -> tuple[dict[str, object], bool]
     if row is None:
         where = "jobs or jobs_archive" if archived else "jobs"
         raise DrainerError(f"no job {job_id} in {where}; `drainer failed` lists failed jobs")
-    return _loads(row[0]), archived
+    return Shown(_loads(row[0]), archived, row[1])
 
 
 def statuses(conn: psycopg.Connection, ids: list[int]) -> tuple[dict[int, str], str]:
@@ -121,9 +130,11 @@ def _loads(text: str) -> dict[str, object]:
         return {"row": text}
 
 
-def format_job(row: dict[str, object], archived: bool) -> str:
+def format_job(shown: Shown) -> str:
     """`key  value` lines in column order; the payload, result and meta pretty-printed
-    and every value in full, continued lines indented under the first."""
+    and every value in full, continued lines indented under the first; then what its
+    lease and status mean."""
+    row, archived = shown.row, shown.archived
     pad = max(len(key) for key in row) + 2
     lines = [f"job {row.get('id', '?')}" + (" (archived: in jobs_archive)" if archived else "")]
     for key, value in row.items():
@@ -133,10 +144,42 @@ def format_job(row: dict[str, object], archived: bool) -> str:
         first, *rest = text.split("\n")
         lines.append(f"{key.ljust(pad)}{first}".rstrip())
         lines += [" " * pad + line for line in rest]
+    lease = _lease(row.get("status"), shown.lease_left)
+    if lease:
+        lines += ["", lease]
     if row.get("status") == "failed" and not archived:
         lines += ["", f"`drainer requeue {row['id']}` runs it again with a fresh budget of "
                       "attempts"]
     return "\n".join(lines)
+
+
+def _lease(status: object, left: float | None) -> str | None:
+    """What a running job's lease (locked_until) means now, by the database clock; and
+    a job cancelled while running, whose handler may run until its lease ends."""
+    if left is None:
+        return None
+    if status == "running" and left > 0:
+        return (f"lease: ends in {age(left)} (locked_until, by the database clock); its "
+                "drain renews it while the handler runs, and if that drain dies the job "
+                "is taken back once it ends")
+    if status == "running":
+        return (f"lease: ran out {age(-left)} ago (locked_until): its drain is gone or "
+                "stuck; the next drain (or `drainer reap`) puts the job back to queued, "
+                "or fails it after its last attempt")
+    if status == "failed" and left > 0:
+        return (f"lease: ends in {age(left)}: cancelled while running, its handler may "
+                "run on until then")
+    return None
+
+
+def age(seconds: float | None) -> str:
+    """A duration for a person: 42.0s, 3.5m, 2.0h, 1.2d."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
 
 
 def _value(value: object) -> str:

@@ -5,7 +5,7 @@ from typing import TypedDict
 import psycopg
 
 from . import sql
-from .failures import one_line
+from .failures import age, one_line
 from .limits import Fill, describe, fills
 
 
@@ -77,19 +77,10 @@ def stats(conn: psycopg.Connection) -> Stats:
             "priorities": priorities, "limits": fills(conn)}
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.1f}s"
-
-
 def format_stats(data: Stats) -> str:
     """A terminal table of `stats()`."""
     head = ("queue", "status", "jobs", "oldest ready", "expired leases")
-    rows = [(r["queue"], r["status"], str(r["jobs"]), _age(r["oldest_ready_seconds"]),
+    rows = [(r["queue"], r["status"], str(r["jobs"]), age(r["oldest_ready_seconds"]),
              str(r["expired_leases"])) for r in data["queues"]]
     widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()

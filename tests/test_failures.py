@@ -244,6 +244,32 @@ def test_show_finds_archived_jobs_and_says_when_there_is_no_such_job(conn, db_ur
     assert line.startswith("drainer: error: no job 999999") and "Traceback" not in line
 
 
+def test_show_says_when_a_running_jobs_lease_ends_or_that_it_ran_out(conn, db_url):
+    def running(lease: str) -> int:
+        return conn.execute("INSERT INTO jobs (payload, status, attempts, locked_until) "
+                            "VALUES ('{}', 'running', 1, now() + %s::interval) RETURNING id",
+                            (lease,)).fetchone()[0]
+
+    def lease_line(job: int) -> list[str]:
+        result = run_cli("show", str(job), "--database-url", db_url)
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stdout.splitlines() if line.startswith("lease:")]
+
+    # Leases days long, or days gone: a slow test run changes none of these figures.
+    live, gone = running("2 days"), running("-3 days")
+    [ends] = lease_line(live)
+    assert ends.startswith("lease: ends in 2.0d (locked_until, by the database clock)")
+    [ran_out] = lease_line(gone)
+    assert ran_out.startswith("lease: ran out 3.0d ago") and "drainer reap" in ran_out
+    run_cli("cancel", str(live), "--database-url", db_url)
+    [cancelled] = lease_line(live)
+    assert cancelled.startswith("lease: ends in 2.0d: cancelled while running")
+    conn.execute("UPDATE jobs SET locked_until = 'infinity' WHERE id = %s", (gone,))
+    assert lease_line(gone) == []  # another producer's lease, which no time ends
+    conn.execute("UPDATE jobs SET status = 'done', locked_until = NULL WHERE id = %s", (gone,))
+    assert lease_line(gone) == []
+
+
 def test_failed_and_show_work_on_a_hand_made_table(empty_db_url):
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute(HAND_MADE_TABLE, prepare=False)

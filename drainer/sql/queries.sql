@@ -977,12 +977,18 @@ LIMIT %(limit)s;
 
 -- name: show_job
 -- `drainer show`: one job's row, every column the table has (done_at when migration 5
--- added it), in column order, as JSON text (times as the database writes them).
-SELECT row_to_json(j)::text FROM jobs j WHERE j.id = %(id)s;
+-- added it), in column order, as JSON text (times as the database writes them); and
+-- the seconds its lease has left by the database clock (negative once it ran out; NULL
+-- without one, or for another producer's that no time ends).
+SELECT row_to_json(j)::text,
+       CASE WHEN isfinite(j.locked_until) AND j.locked_until < '9999-01-01'
+            THEN extract(epoch FROM j.locked_until - now())::float8 END
+FROM jobs j WHERE j.id = %(id)s;
 
 -- name: show_archived_job
--- `drainer show` of a job no longer in `jobs`, when `migrate` created the archive.
-SELECT row_to_json(a)::text FROM jobs_archive a WHERE a.id = %(id)s;
+-- `drainer show` of a job no longer in `jobs`, when `migrate` created the archive
+-- (it holds no lease).
+SELECT row_to_json(a)::text, NULL::float8 FROM jobs_archive a WHERE a.id = %(id)s;
 
 -- name: job_statuses
 -- `drainer cancel` of ids it could not withdraw: which of them are jobs, and their status
