@@ -52,7 +52,7 @@ from psycopg.pq import TransactionStatus
 
 from . import clock, db, drivers, hooks, queue, run, schedules, sql, tasks
 from .batch import Batch
-from .errors import ConfigError, DrainerError
+from .errors import ConfigError, DrainerError, password_of, redact
 from .queue import Job
 from .run import Options, Summary
 from .schema import migrate
@@ -404,6 +404,26 @@ def assert_enqueued(conn: object, queue: str, *, payload: Any = UNSET, count: in
     raise AssertionError("\n".join(lines))
 
 
+def _no_server(exc: BaseException) -> str:
+    """Why the session has no server, and the settings that would give it one: the
+    error alone leaves a user with nothing to set (the embedded extra's own says to
+    pass --database-url, an option pytest does not have)."""
+    said = getattr(exc, "stderr", None)
+    why = " ".join((f"{exc}: {said.decode(errors='replace')}" if said else str(exc)).split())
+    named = [name for name in ("DRAINER_TEST_DATABASE_URL", "DATABASE_URL")
+             if os.environ.get(name)]
+    tried = (f"the server {named[0]} names" if named else
+             "a throwaway server from DRAINER_TEST_PG_BIN's bin directory"
+             if os.environ.get("DRAINER_TEST_PG_BIN") else
+             "a throwaway server from the `embedded` extra")
+    return (f"drainer.testing: no PostgreSQL for the tests ({tried}): "
+            f"{redact(why, password_of(os.environ.get(named[0]) if named else None))}\n"
+            "Give it one: DRAINER_TEST_DATABASE_URL (else DATABASE_URL), a server whose "
+            "role may create databases; or DRAINER_TEST_PG_BIN, a PostgreSQL bin directory "
+            "(e.g. /usr/lib/postgresql/18/bin) to start a throwaway server from; or neither, "
+            "with the `embedded` extra installed (pip install 'drainer[embedded]')")
+
+
 def _short(value: object, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -418,11 +438,11 @@ if find_spec("pytest") is not None:
     def drainer_server() -> Iterator[Server]:
         """The session's PostgreSQL (see the module's doc), with a migrated template."""
         try:
-            server = Server.from_env()
+            server: Server | None = Server.from_env()
         except (DrainerError, OSError, psycopg.Error, subprocess.CalledProcessError) as exc:
-            said = getattr(exc, "stderr", None)
-            why = f"{exc}: {said.decode(errors='replace').strip()}" if said else str(exc)
-            pytest.fail(f"drainer.testing: no PostgreSQL for the tests: {why}", pytrace=False)
+            server, why = None, _no_server(exc)
+        if server is None:  # out of the except: the message alone, with no chained errors
+            pytest.fail(why, pytrace=False)
         with server:
             yield server
 

@@ -94,8 +94,29 @@ def test_a_users_tests_on_an_embedded_server_stopped_at_the_end(user_project, mo
     assert os.listdir(tmpdir_for_servers) == []  # the cluster's directory removed
 
 
+GIVE_IT_ONE = ["*Give it one: DRAINER_TEST_DATABASE_URL (else DATABASE_URL)*"
+               "DRAINER_TEST_PG_BIN*(pip install 'drainer[[]embedded]')"]
+
+
 def test_without_a_server_the_session_fails_saying_why(user_project, monkeypatch):
-    monkeypatch.setenv("DRAINER_TEST_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/nowhere")
+    monkeypatch.setenv("DRAINER_TEST_DATABASE_URL",
+                       "postgresql://nobody:s3cret@127.0.0.1:1/nowhere")
     result = user_project.runpytest_subprocess()
     result.assert_outcomes(errors=3)
-    result.stdout.fnmatch_lines(["*drainer.testing: no PostgreSQL for the tests: *"])
+    result.stdout.fnmatch_lines([
+        "*drainer.testing: no PostgreSQL for the tests (the server "
+        "DRAINER_TEST_DATABASE_URL names): *", *GIVE_IT_ONE])
+    assert "s3cret" not in result.stdout.str()
+    assert "During handling" not in result.stdout.str()  # the message, not a chain of errors
+
+
+def test_a_bin_directory_with_no_server_is_named_with_what_to_set(user_project, monkeypatch,
+                                                                  tmp_path):
+    for name in ("DRAINER_TEST_DATABASE_URL", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DRAINER_TEST_PG_BIN", str(tmp_path / "no-such-bin"))
+    result = user_project.runpytest_subprocess()
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines([
+        "*no PostgreSQL for the tests (a throwaway server from DRAINER_TEST_PG_BIN's bin "
+        "directory): *no-such-bin*", *GIVE_IT_ONE])
