@@ -376,6 +376,7 @@ def assert_enqueued(conn: object, queue: str, *, payload: Any = UNSET, count: in
     exactly `count`; returns them. Each given value is compared with ==, so
     `unittest.mock.ANY` (or any object with an __eq__ of its own) matches loosely. On
     failure, the AssertionError lists what is queued there."""
+    __tracebackhide__ = True  # pytest shows the test's line that called it, not this code
     wanted = {name: value for name, value in (
         ("payload", payload), ("key", key), ("priority", priority), ("group", group))
         if value is not UNSET}

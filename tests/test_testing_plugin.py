@@ -61,6 +61,12 @@ def check_outcome(result: pytest.RunResult) -> None:
         "*queued in 'email' (1):",
         "*  id 1: payload={'to': 'bob@example.com'}",
     ])
+    # The failure points at the user's line, not into the helper's code.
+    result.stdout.fnmatch_lines([
+        ">       assert_enqueued(drainer_conn, \"email\", payload={\"to\": \"ada@example.com\"})",
+        "E       AssertionError: expected a job queued in 'email'*"])
+    shown = result.stdout.str()
+    assert "raise AssertionError" not in shown and "drainer/testing.py" not in shown
 
 
 def databases(server) -> set[str]:
