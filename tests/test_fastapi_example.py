@@ -44,3 +44,10 @@ def test_a_failed_request_leaves_neither_the_order_nor_its_job(client, conn):
     assert response.status_code == 422
     assert conn.execute("SELECT count(*) FROM orders").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
+def test_an_order_posted_twice_is_a_conflict_and_keeps_one_job(client, conn):
+    assert client.post("/orders", json={"id": 9, "email": "ada@example.com"}).status_code == 201
+    again = client.post("/orders", json={"id": 9, "email": "ada@example.com"})
+    assert again.status_code == 409 and "exists" in again.text
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)

@@ -45,8 +45,11 @@ class Order(BaseModel):
 async def create_order(order: Order, background: BackgroundTasks) -> dict[str, Any]:
     # One transaction: it commits when the block ends, and rolls back if it raises.
     async with await psycopg.AsyncConnection.connect(URL) as conn, conn.transaction():
-        await conn.execute("INSERT INTO orders (id, email) VALUES (%s, %s)",
-                           (order.id, order.email))
+        try:
+            await conn.execute("INSERT INTO orders (id, email) VALUES (%s, %s)",
+                               (order.id, order.email))
+        except psycopg.errors.UniqueViolation:
+            raise HTTPException(409, f"order {order.id} exists already") from None
         job = await drainer.enqueue_async(conn, "email", {"order": order.id},
                                           key=f"order-email:{order.id}")
         if "@" not in order.email:  # a late check: the order and its job go together

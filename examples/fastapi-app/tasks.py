@@ -7,7 +7,7 @@ import psycopg
 from drainer import task
 
 
-@task("email", max_attempts=8)
+@task("email")
 def confirm(job):
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS sent (order_id bigint PRIMARY KEY)")
