@@ -21,6 +21,7 @@ from drainer.schema import migrate
 from drainer.sql import MIGRATIONS
 
 from . import pg, venvs
+from .programs.seed_jobs import seed as seed_jobs
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 HANDWRITTEN = PROGRAMS / "handwritten.py"
@@ -117,11 +118,13 @@ class JobsTable(System):
         with psycopg.connect(self.url, autocommit=True) as conn:
             migrate(conn)
 
+    def queue_of(self, kind: str) -> str:
+        """The queue its jobs of `kind` go to (programs/drainer_tasks.py names them)."""
+        return f"bench_{kind}"
+
     def seed(self, kind: str, jobs: int) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE jobs")
-            drainer.enqueue_many(conn, f"bench_{kind}", ({} for _ in range(jobs)))
-            conn.execute("VACUUM ANALYZE jobs")
+            seed_jobs(conn, self.queue_of(kind), jobs)
 
     def left(self) -> int:
         return pg.scalar(self.url, "SELECT count(*) FROM jobs WHERE status <> 'done'")
@@ -141,7 +144,7 @@ class Drainer(JobsTable):
     def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         threads = ["--concurrency", str(concurrency)] if concurrency else []
         return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
-                "--tasks", "drainer_tasks", "--queue", f"bench_{kind}", *threads,
+                "--tasks", "drainer_tasks", "--queue", self.queue_of(kind), *threads,
                 *self.extra]
 
 
@@ -166,14 +169,8 @@ class DrainerKeyed(Drainer):
     PRIORITIES = (-10, 10, 20, 30)
 
     def seed(self, kind: str, jobs: int) -> None:
-        share = -(-jobs // len(self.PRIORITIES))
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE jobs")
-            for i, priority in enumerate(self.PRIORITIES):
-                n = range(i * share, min(jobs, (i + 1) * share))
-                drainer.enqueue_many(conn, f"bench_{kind}", ({} for _ in n),
-                                     keys=[f"job-{k}" for k in n], priority=priority)
-            conn.execute("VACUUM ANALYZE jobs")
+            seed_jobs(conn, self.queue_of(kind), jobs, self.PRIORITIES)
 
 
 class DrainerLimited(Drainer):
@@ -196,12 +193,6 @@ class DrainerLimited(Drainer):
 
     def queue_of(self, kind: str) -> str:
         return self.queue if kind == "noop" else "bench_limited_sleep"
-
-    def seed(self, kind: str, jobs: int) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute("TRUNCATE jobs")
-            drainer.enqueue_many(conn, self.queue_of(kind), ({} for _ in range(jobs)))
-            conn.execute("VACUUM ANALYZE jobs")
 
     def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         return [sys.executable, "-m", "drainer", "drain", "--database-url", self.url,
@@ -233,7 +224,7 @@ class Handwritten(JobsTable):
     def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         sleep = (["--sleep", str(SLEEP), "--concurrency", str(concurrency)]
                  if kind == "sleep" else [])
-        return [sys.executable, str(HANDWRITTEN), self.url, f"bench_{kind}",
+        return [sys.executable, str(HANDWRITTEN), self.url, self.queue_of(kind),
                 "--complete", self.complete, *sleep]
 
 
