@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.speed import __main__ as speed
-from bench.speed import report, venvs
+from bench.speed import against, report, venvs
 from bench.speed.systems import ASYNC_IO, IO_FIGURES, Drainer, Handwritten, PgQueuer, System
 from tests.helpers import ROOT, clean_env
 
@@ -192,3 +192,87 @@ def test_a_competitor_that_cannot_be_installed_is_na_with_its_reason():
     table = report.systems_table({"systems": {"nowhere": data}})
     assert "| nowhere | n/a" in table
     assert "nowhere: n/a, pip install nowhere==1: no matching distribution" in table
+
+
+@pytest.mark.timeout(900)
+def test_against_head_drains_a_clean_checkout_of_it_beside_the_working_tree(tmp_path):
+    """`--against HEAD` (the current interpreter for the checkout: a virtualenv
+    build is minutes on a busy machine): the checkout is HEAD's files, and each
+    side's drain imported its own tree, reported as such; the A/A twin runs ours."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "results.json"
+    pg_bin = os.environ.get("DRAINER_TEST_PG_BIN")
+    argv = ["--against", "HEAD", "--against-python", sys.executable, "--pairs", "1",
+            "--jobs", "200", "--scenario", "noop_1", "--scenario", "keys_4", "--out", str(out),
+            *(["--pg-bin", pg_bin] if pg_bin else [])]
+    proc = subprocess.run([sys.executable, "-m", "bench.speed", *argv], cwd=ROOT,
+                          env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    sides = results["meta"]["sides"]
+    assert list(sides) == ["before", "after", "aa"]
+    tree = Path(sides["before"]["tree"])
+    assert sides["before"]["rev"] == head and tree.name == head and tree != ROOT
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:drainer/run.py"],
+                           check=True, capture_output=True).stdout
+    assert (tree / "drainer" / "run.py").read_bytes() == shown
+    # What each side's first drain process itself imported: never the same tree for
+    # before and after.
+    assert sides["before"]["drainer_file"] == str(tree / "drainer" / "__init__.py")
+    ours = str(ROOT / "drainer" / "__init__.py")
+    assert sides["after"]["drainer_file"] == sides["aa"]["drainer_file"] == ours
+    for side in sides.values():
+        assert f"debug: {side['label']}: its drain imported {side['drainer_file']}" in proc.stderr
+    rows = results["comparison"]
+    assert [r["scenario"] for r in rows] == ["noop_1", "keys_4"]
+    for r in rows:
+        assert r["ratio"] == r["after"]["median"] / r["before"]["median"]
+        assert len(r["pair_ratios"]) == len(r["aa_ratios"]) == 1
+        low, high = r["aa_spread"]
+        assert r["outside_aa"] is not (low <= r["ratio"] <= high)
+        assert any(line.startswith(f"| {r['scenario']}: ") and line.rstrip(" |").endswith(
+            r["verdict"]) for line in proc.stdout.splitlines()), r["scenario"]
+        for side in sides.values():
+            assert f"pair 1/1 {r['scenario']:<9} {side['label']}: " in proc.stderr
+    assert sides["before"]["label"] in proc.stdout and sides["after"]["label"] in proc.stdout
+
+
+def test_after_against_before_is_a_ratio_of_medians_set_against_the_aa_spread():
+    scenario = against.SCENARIOS["noop_1"]
+    before, after = [100.0, 90.0, 110.0], [120.0, 125.0, 130.0]
+    row = against.row(scenario, before, after, twin=[126.0, 125.0, 117.0])
+    assert row["ratio"] == 125 / 100  # medians, not pair by pair
+    assert row["pair_ratios"] == [1.2, 125 / 90, 130 / 110]
+    assert row["aa_ratios"] == [126 / 120, 1.0, 117 / 130]
+    # Either way round: the twin's 0.9 is also a 1.11 of the first copy's.
+    assert row["aa_spread"] == [117 / 130, 130 / 117]
+    assert (row["outside_aa"], row["verdict"]) == (True, "faster")
+    slower = against.row(scenario, after, before, twin=[99.0, 92.0, 108.0])
+    assert slower["verdict"] == "slower" and slower["ratio"] == 100 / 125
+    noisy = against.row(scenario, before, after, twin=[95.0, 125.0, 130.0])
+    assert (noisy["outside_aa"], noisy["verdict"]) == (False, "within the noise")
+    table = against.table([row, against.failed_row(against.SCENARIOS["keys_1"], "it broke")],
+                          ["before (abc)", "after (def)"])
+    assert "| noop_1: no-op, 1 process " in table and "| 1.250 " in table
+    assert "- keys_1: n/a, it broke" in table
+
+
+def test_a_commits_virtualenv_has_its_tree_and_our_versions_of_the_dependencies(
+        monkeypatch, tmp_path):
+    asked = []
+    monkeypatch.setattr(venvs, "ensure", lambda name, req: asked.append((name, req)) or tmp_path)
+    assert against.interpreter("ab" * 20, tmp_path / "tree") == str(tmp_path / "python")
+    name, requirements = asked[0]
+    assert name == "drainer-" + "ab" * 6
+    assert requirements[:2] == ["-e", str(tmp_path / "tree")]
+    psycopg_version = __import__("psycopg").__version__
+    assert f"psycopg=={psycopg_version}" in requirements
+
+
+def test_against_an_unknown_revision_says_so():
+    proc = subprocess.run([sys.executable, "-m", "bench.speed", "--against", "no-such-rev"],
+                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "no-such-rev is not a commit of this repository" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -3,7 +3,8 @@ the speed goals for drainer, the hand-written psycopg loop, pgbench, PgQueuer an
 procrastinate (min / median / max of --runs), print the tables with each goal's
 ratio, and write the results as JSON under bench/results/. `--workload io` measures
 the I/O-bound workload instead (10 ms jobs at concurrency 100 and 500, against
-their ideal), `--workload drain --workload io` both.
+their ideal), `--workload drain --workload io` both. `--against REV` compares an
+earlier commit's drains with the current code's instead (see bench/speed/against.py).
 
 Absolute numbers move with the machine and its load; compare the ratios, which are
 taken within one run. The method is described in bench/README.md.
@@ -19,16 +20,25 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import measure, pg, report, systems, venvs
+from . import against, measure, pg, report, systems, venvs
 from .systems import IO_FIGURES, LOADS, System, all_systems
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 LATEST = Path(__file__).resolve().parent / "latest.json"
 WORKLOADS = ("drain", "io")
+EXAMPLES = """examples:
+  python -m bench.speed --no-competitors --runs 1      a quick look at every figure
+  python -m bench.speed --against main --pairs 5       this tree against main, interleaved
+  python -m bench.speed --against HEAD~3 --scenario noop_1 --scenario keys_1 --jobs 50000
+
+--against scenarios (each drained by both sides, and by an A/A twin of the current code):
+""" + "\n".join(f"  {s.name:<10} {s.title}" for s in against.SCENARIOS.values())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.split("\n\n")[0],
+                                epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3, help="runs per figure (default 3)")
     p.add_argument("--jobs", type=int, default=20_000,
                    help="no-op jobs per drain run (default 20,000)")
@@ -58,6 +68,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="the JSON file (default: bench/results/speed-*.json)")
     p.add_argument("--latest", action="store_true",
                    help="also write them to bench/speed/latest.json, the committed copy")
+    p.add_argument("--against", metavar="REV",
+                   help="compare with this commit (any git revision: main, HEAD~2, a hash): "
+                        "its clean checkout, in a virtualenv of its own, drains the scenarios "
+                        "interleaved with the current tree; the current tree also runs against "
+                        "itself (A/A), so the report shows the noise next to each ratio")
+    p.add_argument("--pairs", type=int, default=5,
+                   help="--against: rounds of before, after and A/A drains (default 5)")
+    p.add_argument("--scenario", action="append", choices=list(against.SCENARIOS), metavar="NAME",
+                   help="--against: this scenario only (repeatable; default all, listed "
+                        "below; --jobs and --sleep-jobs set their sizes)")
+    p.add_argument("--against-python", metavar="PATH",
+                   help="--against: run the earlier commit's checkout with this Python "
+                        "(its tree first on PYTHONPATH) instead of building its virtualenv; "
+                        "it must have drainer's dependencies")
     args = p.parse_args(argv)
     args.workload = args.workload or ["drain"]
     return args
@@ -208,16 +232,42 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
-def render(results: dict) -> str:
-    meta = results["meta"]
+def run_against(args: argparse.Namespace) -> dict:
+    """The comparison of --against: the sides' drains, interleaved, and their ratios."""
+    sides = against.sides(args.against, args.against_python, log)
+    scenarios = [against.SCENARIOS[name] for name in args.scenario or against.SCENARIOS]
+    server = pg.Server(args.pg_bin)
+    try:
+        results = {"meta": {"date": datetime.now(UTC).isoformat(timespec="seconds"),
+                            "machine": machine(), "postgresql": server.version(),
+                            "load_before": os.getloadavg(), "pairs": args.pairs,
+                            "jobs": args.jobs, "sleep_jobs": args.sleep_jobs}}
+        jobs = {"noop": args.jobs, "sleep": args.sleep_jobs}
+        results["comparison"] = against.compare(server, sides, scenarios, args.pairs, jobs, log)
+        results["meta"]["sides"] = {side.key: side.describe() for side in sides}
+        results["meta"]["load_after"] = os.getloadavg()
+    finally:
+        server.stop()
+    return results
+
+
+def header(meta: dict, what: str) -> str:
     m = meta["machine"]
     load = " / ".join(f"{a:.1f}–{b:.1f}" for a, b in zip(meta["load_before"], meta["load_after"],
                                                         strict=True))
-    parts = [
-        f"{meta['date']}, {m['cpu']}, {m['cores']} cores, {m['os']}, Python {m['python']}, "
-        f"PostgreSQL {meta['postgresql']} on a local socket; median (min – max) of "
-        f"{meta['runs']} runs; load average 1/5/15 min before–after: {load}",
-        report.systems_table(results)]
+    return (f"{meta['date']}, {m['cpu']}, {m['cores']} cores, {m['os']}, Python {m['python']}, "
+            f"PostgreSQL {meta['postgresql']} on a local socket; {what}; "
+            f"load average 1/5/15 min before–after: {load}")
+
+
+def render(results: dict) -> str:
+    meta = results["meta"]
+    if "comparison" in results:
+        labels = [side["label"] for side in meta["sides"].values()]
+        return "\n\n".join([header(meta, f"median (min – max) of {meta['pairs']} pairs"),
+                             against.table(results["comparison"], labels)])
+    parts = [header(meta, f"median (min – max) of {meta['runs']} runs"),
+             report.systems_table(results)]
     if "ratios" in results:
         parts += [report.extras_table(results), report.goals_table(results["ratios"])]
     if "io" in results:
@@ -228,7 +278,10 @@ def render(results: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        results = run(args)
+        results = run_against(args) if args.against else run(args)
+    except (against.UnknownRevision, venvs.Unavailable) as exc:
+        log(f"--against: {exc}")
+        return 2
     except Exception:  # the bench itself broke: show where
         traceback.print_exc()
         return 1
