@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 COMMITS = venvs.CACHE / "commits"
 SEED = PROGRAMS / "seed_jobs.py"
 PROBE = "BENCH_DRAINER_FILE"  # programs/drainer_tasks.py writes drainer's path there
-# The current environment's versions of drainer's dependencies, pinned in an earlier
-# commit's virtualenv: the two sides differ by drainer's code alone.
-PINNED = ("psycopg", "psycopg-binary", "cronsim", "tzdata")
+# The current environment's versions of drainer's dependencies, and of the optional
+# ones that change how it runs (uvloop: the loop of async handlers; tracing), pinned in
+# an earlier commit's virtualenv when installed here: the sides differ by drainer alone.
+PINNED = ("psycopg", "psycopg-binary", "cronsim", "tzdata", "uvloop", "opentelemetry-api")
 
 Log = Callable[[str], None]
 
@@ -154,9 +155,9 @@ def sides(rev: str, python: str | None, log: Log) -> list[Side]:
 
 
 def compile_tree(side: Side) -> None:
-    """Its bytecode written before any timing, as for the current tree."""
-    subprocess.run([side.python, "-m", "compileall", "-q", str(side.tree / "drainer")],
-                   env=side.env(), check=True, stdout=subprocess.DEVNULL)
+    """Its bytecode, and the bench programs', written by its Python before any timing."""
+    subprocess.run([side.python, "-m", "compileall", "-q", str(side.tree / "drainer"),
+                    str(PROGRAMS)], env=side.env(), check=True, stdout=subprocess.DEVNULL)
 
 
 class OnSide(System):
