@@ -22,8 +22,8 @@ from .errors import (
     StatementCancelled,
 )
 from .hooks import on_dead, on_failure
+from .model import Job
 from .queue import (
-    Job,
     archive,
     cancel,
     claim,

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple, cast
 
 from . import clock, db, stopping
 from .errors import DrainerError, redact
-from .queue import Job, Setback, Token, Undecodable, encode_payload
+from .model import Job, Setback, Token, Undecodable
+from .queue import encode_payload
 from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)

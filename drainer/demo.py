@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import psycopg
 
-from . import queue
+from . import model, queue
 from .run import Options
 from .tasks import Handler, task
 
@@ -17,14 +17,14 @@ class FlakyError(Exception):
 
 
 @task("demo.email")
-def send_email(job: queue.Job) -> None:
+def send_email(job: model.Job) -> None:
     time.sleep(0.002)
     if job.payload.get("bounce"):
         raise FlakyError(f"550 mailbox {job.payload['to']} unavailable")
 
 
 @task("demo.thumbnail")
-def make_thumbnail(job: queue.Job) -> None:
+def make_thumbnail(job: model.Job) -> None:
     time.sleep(job.payload["ms"] / 1000)
 
 

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from . import clock
 from .errors import ConfigError
-from .queue import Job, Setback, Settled
+from .model import Job, Setback, Settled
 
 log = logging.getLogger(__name__)
 

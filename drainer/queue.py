@@ -8,14 +8,12 @@ database clock says another time; production passes None and `now()` decides.
 
 import json
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any, NamedTuple, TypedDict, Unpack, overload
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any, TypedDict, Unpack, overload
 
 import psycopg
 from psycopg.abc import AdaptContext, Buffer
@@ -26,6 +24,18 @@ from . import drivers, sql, tracing
 from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
 from .limits import Limits, held_swaps
+from .model import (
+    Due,
+    Enqueued,
+    Failure,
+    Failures,
+    Job,
+    Requeued,
+    Settled,
+    Token,
+    Undecodable,
+    as_setback,
+)
 
 ARCHIVE_BATCH = 10_000
 # How long failed jobs (cancelled ones too) stay in `jobs` after they failed (their
@@ -47,127 +57,6 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # \u0000, not an escaped b
 _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
-@dataclass(frozen=True, slots=True)
-class Undecodable:
-    """A stored payload Python's json cannot load (nested too deep, a number too long),
-    e.g. written by another producer; its job fails without running its handler."""
-
-    reason: str
-
-
-# Guards the first creation of a job's `cancelled` event: the handler's thread and the
-# heartbeat's may both ask at once, and must get one event.
-_CANCELLED_LOCK = threading.Lock()
-
-
-Token = tuple[int, int]  # a claim's ownership token: (id, attempts)
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A claimed job. `attempts` is this claim's attempt number: the ownership token."""
-
-    id: int
-    queue: str
-    payload: Any  # the JSON value as json.loads returns it, or Undecodable
-    attempts: int
-    max_attempts: int
-    meta: Any = None  # what is about the job rather than its payload (a schedule's slot)
-    # `cancelled`'s event, made when first asked for: jobs are made by the tens of
-    # thousands a second, and most handlers never look.
-    _cancelled: threading.Event | None = field(default=None, init=False, repr=False,
-                                               compare=False)
-    # (id, attempts): this claim of the job. A later claim of the same job has another
-    # (attempts rises with each claim that may run it). Kept, not computed: a batch
-    # looks it up several times a job.
-    token: Token = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "token", (self.id, self.attempts))  # frozen
-
-    @property
-    def cancelled(self) -> threading.Event:
-        """Set at the next lease heartbeat that finds the job no longer this worker's
-        (cancelled, or taken over after its lease ran out), or when the drain writes its
-        handler off (past its task's timeout, or still running at a stop's bound): the
-        handler's result changes nothing any more, so it may as well stop. Once a handler
-        has looked, its batch heartbeats at least every `batch.CANCEL_CHECK` seconds."""
-        event = self._cancelled
-        if event is None:
-            with _CANCELLED_LOCK:
-                event = self._cancelled
-                if event is None:
-                    event = threading.Event()
-                    object.__setattr__(self, "_cancelled", event)  # frozen: past __setattr__
-        return event
-
-    @property
-    def scheduled_for(self) -> datetime | None:
-        """The slot a schedule's job runs for, in the schedule's time zone: its ZoneInfo,
-        so that local arithmetic (a day later) crosses a daylight-saving change right;
-        the slot's fixed offset when its meta names no zone (a slot queued by an older
-        release). None for a job no schedule enqueued, and for a meta no schedule
-        wrote: another producer's name that is not a string, or a slot that is not a
-        time with its offset."""
-        meta = self.meta
-        named = isinstance(meta, dict) and isinstance(meta.get("schedule"), str)
-        slot = meta.get("slot") if named else None
-        try:
-            when = datetime.fromisoformat(slot) if isinstance(slot, str) else None
-        except ValueError:  # another producer's meta: not a slot any schedule wrote
-            return None
-        if when is None or when.tzinfo is None:
-            return None
-        zone = _zone(meta["tz"]) if isinstance(meta.get("tz"), str) else None
-        try:
-            return when if zone is None else _in_zone(when, zone)
-        except OverflowError:  # another producer's slot at the calendar's end
-            return when
-
-    @property
-    def cancel_watched(self) -> bool:
-        """Whether `cancelled` was looked at (its event exists), without making it: the
-        batch hurries its heartbeats only for handlers that watch."""
-        return self._cancelled is not None
-
-
-@lru_cache(maxsize=64)
-def _zone(name: str) -> ZoneInfo | None:
-    """The time zone a slot job's meta names; None for a name that is none (another
-    producer's meta)."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None
-
-
-def _in_zone(when: datetime, zone: ZoneInfo) -> datetime:
-    """`when` in `zone`, the same moment; in the hour that repeats as clocks go back,
-    the pass `when`'s offset says (a datetime subclass, freezegun's say, loses the fold
-    astimezone sets)."""
-    local = when.astimezone(zone)
-    other = local.replace(fold=1 - local.fold)
-    return other if local.utcoffset() != when.utcoffset() == other.utcoffset() else local
-
-
-class Setback(NamedTuple):
-    """A started job that did not complete, as `settle` writes it: the error (`Type:
-    message`), where the job goes ('retry': queued again after `delay`, or failed for
-    good at max_attempts; 'failed': for good at once; 'snooze': queued again after
-    `delay`, the attempt not counted), the delay (None: the default backoff), and why,
-    for the log line, when the reason is not the error itself."""
-
-    error: str
-    then: str = "retry"
-    delay: timedelta | None = None
-    why: str | None = None
-
-
-Failures = Sequence[tuple[Job, "str | Setback"]]  # a failure: its error, or a Setback
-
-
-def _setback(failure: "str | Setback") -> Setback:
-    return failure if isinstance(failure, Setback) else Setback(failure)
 
 
 def _literal(values: Iterable[object]) -> str:
@@ -289,14 +178,6 @@ def _require_sync(conn: psycopg.Connection, **used: bool) -> None:
     """`_require` on drainer's own connection."""
     drivers.blocking(_require(drivers.for_sync(conn), **used))
 
-
-class Enqueued(NamedTuple):
-    """What an enqueue with a key did: the job's id, and 'inserted', 'replaced' (a
-    queued holder took the new payload, run_at and priority), or the status of the
-    holder left as it was ('queued' or 'running')."""
-
-    id: int
-    outcome: str
 
 
 def enqueue(
@@ -967,7 +848,7 @@ def _guarded(
     its target; None when there is nothing to write. Failures come first: the errors
     and delays arrays, shorter than the ids, are padded with NULLs for the rows after
     them (and the delays are sent only when one is not the default backoff)."""
-    setbacks = [_setback(failure) for _, failure in failures]
+    setbacks = [as_setback(failure) for _, failure in failures]
     jobs = [*(job for job, _ in failures), *done, *released]
     if not jobs:
         return None
@@ -978,30 +859,6 @@ def _guarded(
                        if any(s.delay is not None for s in setbacks) else None),
             "now": now}
 
-
-class Failure(NamedTuple):
-    """A recorded failure: the job's new status, 'queued' (to retry) or 'failed' (for
-    good), and its new run_at, the database's time for the retry, which the failure's
-    log line names."""
-
-    status: str
-    run_at: datetime
-
-
-@dataclass
-class Settled:
-    """What writing a batch back found, by claim (Job.token: one write-back may hold
-    two claims of a job, the older no longer ours): the claims done, {claim: Failure}
-    of the failures and the claims released that were still ours (a claim in none was
-    no longer ours), and the next batch."""
-
-    done: set[Token]
-    failed: dict[Token, Failure]
-    released: set[Token]
-    claimed: list[Job]
-    # Sent again after a lost answer (settle_again), without the release: whether the
-    # first one landed is unknown (its tokens, lowered, may be another drainer's now).
-    resent: bool = False
 
 
 def _settled(rows: Iterable[tuple[Any, ...]], claimed: list[Job]) -> Settled:
@@ -1100,7 +957,7 @@ def settle_again(
                      also=also, now=now)
     settled.resent = True
     done = [job for job in succeeded if job.token not in settled.done]
-    failed = [(job, _setback(f)) for job, f in failures if job.token not in settled.failed]
+    failed = [(job, as_setback(f)) for job, f in failures if job.token not in settled.failed]
     if done or failed:
         jobs = [*done, *(job for job, _ in failed)]
         params = {**_pairs(jobs),
@@ -1151,21 +1008,6 @@ def archive(
         # Fewer rows than the limit means no more are old enough this round.
         if moved < batch:
             return total
-
-
-@dataclass(frozen=True)
-class Due:
-    """`next_due` and where it comes from: the earliest queued job's run_at and the
-    earliest running job's lease end (None when there is none); `now`, the database
-    clock when they were read, for decisions about them taken outside SQL (wake-ups);
-    `no_task`: queues with ready jobs that no known task handles (sorted, at most
-    MAX_NO_TASK)."""
-
-    next_due: datetime | None
-    run_at: datetime | None
-    lease_end: datetime | None
-    now: datetime
-    no_task: list[str] = field(default_factory=list)
 
 
 MAX_NO_TASK = 20  # queue names next_due lists in `no_task` at most (its LIMIT)
@@ -1256,19 +1098,6 @@ def has_results(conn: psycopg.Connection) -> bool:
     """Whether `migrate` added the result column (tasks that keep results need it)."""
     return sql.features(conn).result
 
-
-class Requeued(list[int]):
-    """The ids `requeue` brought back, sorted; `held` maps each failed job it left
-    failed to the job that holds its key (a queued or running one, or the newest of
-    the requeued jobs with that key), since two jobs cannot hold one key."""
-
-    def __init__(self, ids: Iterable[int], held: dict[int, int],
-                 waiting: dict[int, datetime] | None = None):
-        super().__init__(sorted(ids))
-        self.held = held
-        # {id: lease end} of jobs cancelled while running whose handler may still run:
-        # left failed until then (requeued now, the job could run twice at once).
-        self.waiting = waiting or {}
 
 
 def requeue(

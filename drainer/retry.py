@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .queue import Job, Setback
+from .model import Job, Setback
 
 log = logging.getLogger(__name__)
 

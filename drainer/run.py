@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import psycopg
 
-from . import clock, db, hooks, queue, schedules, stopping, tracing
+from . import clock, db, hooks, model, queue, schedules, stopping, tracing
 from . import tasks as tasks_
 from .batch import Batch, Land, Outcome, Pace
 from .errors import ConfigError, DatabaseUnavailable, DrainerError, SchemaMissing
@@ -358,11 +358,11 @@ class _Steps:
         self.on_batch: Callable[[Summary], None] | None = None
         # The running batch's claims not yet written back, and those found lost: the
         # jobs whose spans its write-backs may end (tracing).
-        self.known: dict[queue.Token, queue.Job] = {}
+        self.known: dict[model.Token, model.Job] = {}
         self.mark = clock.monotonic()  # when the batch, or its last refill, began
         self.left_out: list[Limits] = []  # limited queues the last claim left out
 
-    def took(self, job: queue.Job, seconds: float) -> None:
+    def took(self, job: model.Job, seconds: float) -> None:
         self.sizer.took(job.queue, seconds)
         if self.spans is not None:
             self.spans.took(job, seconds)
@@ -398,7 +398,7 @@ class _Steps:
         size = self.sizer.fits(self.remaining())
         return (size, "empty") if size >= 1 else (0, "deadline")
 
-    def may_start(self, job: queue.Job) -> bool:
+    def may_start(self, job: model.Job) -> bool:
         if self.options.deadline is None:  # nothing to judge but the stop, at each job
             return not self.stop.is_set()
         return not self.stop.is_set() and self.sizer.may_start(
@@ -419,8 +419,8 @@ class _Steps:
         while jobs:
             jobs, size, sent = self.batch(jobs, size, sent)
 
-    def batch(self, jobs: list[queue.Job], size: int, sent: float
-              ) -> tuple[list[queue.Job], int, float]:
+    def batch(self, jobs: list[model.Job], size: int, sent: float
+              ) -> tuple[list[model.Job], int, float]:
         """Run one batch, refilled while a full claim's jobs keep coming, and write it
         back with the next claim: the jobs that claim took, its size and when it was
         sent."""
@@ -474,7 +474,7 @@ class _Steps:
         ended = [*part.succeeded, *(job for job, _ in part.failed)]
         lost = [self.known[t] for t in part.lost if t in self.known]
 
-        def joined(jobs: list[queue.Job]) -> None:
+        def joined(jobs: list[model.Job]) -> None:
             self.known.update((job.token, job) for job in jobs)
             land(jobs)
 
@@ -513,7 +513,7 @@ class _Steps:
         return size > 0 and claimed == size and size >= rounds
 
     def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
-                   jobs: list[queue.Job], land: Land | None = None) -> queue.Settled:
+                   jobs: list[model.Job], land: Land | None = None) -> model.Settled:
         """Write `outcome` back with `claim_next`, and count, log, trace and tell the
         hooks of it; `jobs`: those it may hold. `land(claimed)` comes first: a refill's
         jobs join their batch before anything here may fail or wait."""
@@ -557,7 +557,7 @@ class _Steps:
                 summary.stopped = "deadline"  # ready jobs left out: the deadline stopped them
 
 
-def _left_running(jobs: list[queue.Job], batch: Batch, lease: timedelta) -> None:
+def _left_running(jobs: list[model.Job], batch: Batch, lease: timedelta) -> None:
     """Say which jobs a second stop leaves running, and until about when: the end of
     the lease their batch last confirmed (by this machine's clock: a rough time)."""
     if not jobs:
@@ -646,7 +646,7 @@ def _unlimited(handlers: Mapping[str, Handler], plain: list[str]) -> list[str]:
 
 
 def _settle(link: Link, outcome: Outcome, claim_next: queue.Claim | None,
-            db_now: DatabaseClock | None) -> queue.Settled:
+            db_now: DatabaseClock | None) -> model.Settled:
     """Write a batch back with the next claim in one round trip (and what comes after
     the slots of schedules that ran). If the session drops, the results (guarded, so
     harmless if they had landed) and the claim go again on a new connection, but not
@@ -664,7 +664,7 @@ def _settle(link: Link, outcome: Outcome, claim_next: queue.Claim | None,
                                      also=also, now=clock.database_now()))
 
 
-def _record(settled: queue.Settled, outcome: Outcome, summary: Summary) -> None:
+def _record(settled: model.Settled, outcome: Outcome, summary: Summary) -> None:
     """Count a batch's results as written back, each job once: a job is lost when the
     heartbeat found it taken over, or when its guarded write changed nothing. Claimed
     counts the jobs written back here (not those given back unstarted, nor those
@@ -685,7 +685,7 @@ def _record(settled: queue.Settled, outcome: Outcome, summary: Summary) -> None:
     summary.lost += len(lost)
 
 
-def _ended_lost(settled: queue.Settled, outcome: Outcome) -> list[queue.Job]:
+def _ended_lost(settled: model.Settled, outcome: Outcome) -> list[model.Job]:
     """The batch's claims no longer ours whose handler has ended, or never began: those
     the heartbeat found taken over, and those whose guarded completion or failure
     changed nothing. A job cancelled while running holds its limits' places until then
@@ -701,7 +701,7 @@ def _ended_lost(settled: queue.Settled, outcome: Outcome) -> list[queue.Job]:
     return [*outcome.ended_lost, *(job for job in ended if job.token not in written)]
 
 
-def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:
+def _log_failures(settled: model.Settled, outcome: Outcome) -> None:
     """One stderr line per failed attempt that was still ours once written back: the
     summary's counts alone (`retried 14`) leave a user no way to learn why short of
     psql. A failure no longer ours changed nothing and is counted lost instead."""
@@ -718,7 +718,7 @@ def _log_failures(settled: queue.Settled, outcome: Outcome) -> None:
             _log_failure(job, setback, failure, outcome.tracebacks.get(job.token))
 
 
-def _log_failure(job: queue.Job, setback: queue.Setback, failure: queue.Failure,
+def _log_failure(job: model.Job, setback: model.Setback, failure: model.Failure,
                  traced: str | None) -> None:
     """The failure as one line (a multi-line message shows its newlines as \\n), and
     as structured fields for the cloud function's JSON logs; a retry is a warning, a

@@ -25,7 +25,8 @@ import psycopg
 
 from . import db, sql
 from .errors import ConfigError
-from .queue import DEFAULT_MAX_ATTEMPTS, Job, check_queue, encode_payload
+from .model import Job
+from .queue import DEFAULT_MAX_ATTEMPTS, check_queue, encode_payload
 
 if TYPE_CHECKING:
     from cronsim import CronSim

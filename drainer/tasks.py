@@ -13,7 +13,8 @@ from . import hooks, queue, schedules
 from .drivers import Connectable
 from .errors import ConfigError
 from .limits import limits
-from .queue import Job, check_queue
+from .model import Job
+from .queue import check_queue
 from .retry import Backoff, Policy
 from .schedules import Schedule
 

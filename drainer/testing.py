@@ -53,7 +53,7 @@ from psycopg.pq import TransactionStatus
 from . import clock, db, drivers, hooks, queue, run, schedules, sql, tasks
 from .batch import Batch
 from .errors import ConfigError, DrainerError, password_of, redact
-from .queue import Job
+from .model import Job
 from .run import Options, Summary
 from .schema import migrate
 from .tasks import Handler, as_task

@@ -16,7 +16,7 @@ import drainer
 from drainer import batch, clock, queue, run
 from drainer.batch import CANCEL_CHECK, MAX_HEARTBEAT
 from drainer.db import connect
-from drainer.queue import Job, Token
+from drainer.model import Job, Token
 from drainer.run import Summary
 from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue
+from drainer import model, queue
 from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key, run_cli, wait_until
 
 LEASE = timedelta(minutes=5)
@@ -94,7 +94,7 @@ def test_a_caller_transaction_never_holds_the_running_holder_locked(conn, db_url
     with psycopg.connect(db_url) as claimer, psycopg.connect(db_url) as caller, \
             psycopg.connect(db_url, autocommit=True) as worker:
         [job] = drainer.claim(claimer, ["mail"], 1, LEASE)  # not committed yet
-        outcome: list[queue.Enqueued] = []
+        outcome: list[model.Enqueued] = []
         replacing = threading.Thread(target=lambda: outcome.append(queue.enqueue_keyed(
             caller, "mail", {"v": 2}, key="k", replace=True)))
         replacing.start()

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue, sql
+from drainer import model, queue, sql
 from drainer.run import Options, drain
 from tests.helpers import count
 
@@ -210,7 +210,7 @@ def test_next_due(conn):
     assert drainer.next_due(conn, ["default"], now=now) == now  # ready work: the current time
 
 
-def sources(due: queue.Due) -> tuple:
+def sources(due: model.Due) -> tuple:
     return due.next_due, due.run_at, due.lease_end
 
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue, sql
+from drainer import model, queue, sql
 from drainer.limits import Limits, limits
 from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
@@ -409,7 +409,7 @@ def limit_held(db_url: str, queue_name: str) -> Iterator[psycopg.Connection]:
 
 
 def claim_waiting_for_the_lock(conn, claimer: psycopg.Connection,
-                               limited: Limits) -> "Future[list[queue.Job]]":
+                               limited: Limits) -> "Future[list[model.Job]]":
     """A claim by `claimer` on another thread, once it waits for the limits lock."""
     pid = claimer.info.backend_pid
     claiming = POOL.submit(queue.claim, claimer, [], 10, timedelta(minutes=5),
@@ -657,7 +657,7 @@ def test_a_limited_batch_is_still_refilled_when_its_refills_jobs_start_at_once(c
     the batch was never refilled again, its free slots idle until its slowest job ended."""
     started: dict[int, float] = {}
 
-    def handler(job: queue.Job) -> None:
+    def handler(job: model.Job) -> None:
         started[job.id] = time.monotonic()
         time.sleep(job.payload["sleep"])
         if job.payload["sleep"] < 1:
@@ -823,12 +823,12 @@ def test_a_limited_claim_reads_big_payloads_after_its_commit_whole_and_in_order(
 
 
 @pytest.fixture
-def failing_read(conn, db_url, monkeypatch) -> list[queue.Job]:
+def failing_read(conn, db_url, monkeypatch) -> list[model.Job]:
     """The read of a limited claim's big payloads, once it committed, fails (a
     statement timeout behind another session's lock; a cancel does the same), and just
     before it another drainer claims the queue `plain`: what it took."""
     conn.execute("SET statement_timeout = '500ms'")
-    other_claim: list[queue.Job] = []
+    other_claim: list[model.Job] = []
     run = sql.run
 
     def at_the_read(target, name, params=None):

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor, queue, report, run, sql, testing
+from drainer import doctor, model, queue, report, run, sql, testing
 from drainer.batch import Batch, Outcome
 from drainer.limits import Limits
 from tests.helpers import wait_until
@@ -36,7 +36,7 @@ def test_a_job_cancelled_while_running_holds_its_place_while_its_handler_runs_on
     same time."""
     spans: dict[int, list[float]] = {}
 
-    async def handler(job: queue.Job) -> None:
+    async def handler(job: model.Job) -> None:
         spans[job.id] = [time.monotonic()]
         try:
             await asyncio.sleep(job.payload["sleep"])
@@ -90,7 +90,7 @@ def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
     a, b, c = (drainer.enqueue(conn, "fifo", {}, group=g) for g in ("a", "a", "c"))
     [ja, jc] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     queue.cancel(conn, [a])
-    stale = queue.Job(a, "fifo", {}, ja.attempts - 1, ja.max_attempts)
+    stale = model.Job(a, "fifo", {}, ja.attempts - 1, ja.max_attempts)
     assert queue.let_go(conn, [stale, jc]) == 0  # not that claim; still running
     assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
     assert queue.let_go(conn, [ja]) == 1 and queue.let_go(conn, [ja]) == 0
@@ -101,9 +101,9 @@ def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
     [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (b,))
     requeued = queue.requeue(conn, ids=[b])  # its handler may run on: it stays failed
     assert requeued == [] and requeued.waiting == {b: lease_end}
-    assert queue.let_go(conn, [queue.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
+    assert queue.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
     assert queue.requeue(conn, ids=[b]) == [b]
-    assert queue.let_go(conn, [queue.Job(b, "fifo", {}, 1, 5)]) == 0  # queued: not its own
+    assert queue.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 0  # queued: not its own
 
 
 def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelled(
@@ -114,7 +114,7 @@ def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelle
     started = threading.Event()
     ran: list[int] = []
 
-    async def handler(job: queue.Job) -> None:
+    async def handler(job: model.Job) -> None:
         ran.append(job.id)
         started.set()
         await asyncio.sleep(job.payload["sleep"])
@@ -138,7 +138,7 @@ def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelle
 def test_a_handler_that_ends_after_its_job_was_cancelled_frees_its_place(conn, declared):
     """A handler that ends before any heartbeat saw its job cancelled: its write-back
     changes nothing (the job is counted lost) and its place frees as it ends."""
-    def handler(job: queue.Job) -> None:
+    def handler(job: model.Job) -> None:
         with psycopg.connect(conn.info.dsn, autocommit=True) as admin:
             drainer.cancel(admin, [job.id])
 
@@ -153,7 +153,7 @@ def test_a_claimed_job_cancelled_before_it_started_is_let_go_at_the_next_heartbe
         conn, declared):
     """A job cancelled while it waits in its batch (claimed, not started): the heartbeat
     drops it, and lets go of the lease cancel had kept for it."""
-    def handler(job: queue.Job) -> None:
+    def handler(job: model.Job) -> None:
         if job.payload["first"]:
             with psycopg.connect(conn.info.dsn, autocommit=True) as admin:
                 drainer.cancel(admin, [job.id + 1])
@@ -419,7 +419,7 @@ def test_an_in_transaction_drain_frees_the_place_of_a_job_cancelled_under_it(con
     so the second job runs in the same drain."""
     ran: list[int] = []
 
-    def handler(job: queue.Job) -> None:
+    def handler(job: model.Job) -> None:
         ran.append(job.id)
         if job.payload["cancel"]:
             drainer.cancel(conn, [job.id])
@@ -510,7 +510,7 @@ def test_a_cancelled_handler_that_outlives_its_lease_in_a_live_drain_keeps_its_p
     next job nor a requeue of the cancelled one starts beside the handler."""
     started, finish = threading.Event(), threading.Event()
 
-    def handler(job: queue.Job) -> None:
+    def handler(job: model.Job) -> None:
         if job.payload["long"]:
             started.set()
             finish.wait(30)  # a long export that never looks at job.cancelled
@@ -583,7 +583,7 @@ def test_a_cancelled_job_whose_handler_ended_is_not_held_while_its_write_back_wa
     finish, a_ended = threading.Event(), threading.Event()
     started: set[int] = set()
 
-    def handler(job: queue.Job) -> None:
+    def handler(job: model.Job) -> None:
         started.add(job.id)
         if job.payload["cancel_self"]:
             with psycopg.connect(db_url, autocommit=True) as admin:

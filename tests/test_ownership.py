@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, queue, run
+from drainer import batch, clock, model, queue, run
 from drainer.db import connect
 from drainer.run import Options, Sizer, Summary, drain
 from tests.helpers import count, run_cli
@@ -164,7 +164,7 @@ def test_a_reaped_workers_result_is_not_written(conn):
     settled = queue.settle(conn, [stale], (), (), results={stale.token: '"stale"'})
     assert (settled.done, settled.failed, settled.released) == (set(), {}, set())
     assert queue.settle(conn, (), [(stale, "ValueError: stale")], ()).failed == {}
-    assert queue.settle(conn, (), [(stale, queue.Setback("ValueError: stale", "failed"))],
+    assert queue.settle(conn, (), [(stale, model.Setback("ValueError: stale", "failed"))],
                         ()).failed == {}
     assert queue.extend_claims(conn, [stale], timedelta(hours=1)) == set()
     assert queue.release(conn, [stale]) == set()
@@ -269,7 +269,7 @@ def test_a_paused_worker_confirms_before_starting_and_counts_each_job_once(conn,
     assert not {j.token for j in outcome.succeeded} & outcome.lost
 
 
-def take_over(conn: psycopg.Connection, job: queue.Job) -> queue.Job:
+def take_over(conn: psycopg.Connection, job: model.Job) -> model.Job:
     """Another drainer reaps `job` once its lease ran out, and claims it."""
     conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
                  (job.id,))
@@ -342,7 +342,7 @@ def test_a_worker_stalled_between_its_lease_check_and_the_call_changes_nothing(
         on = "drainer-handler" if kind == "sync" else "drainer-async"
         if not stalled and threading.current_thread().name == on:  # the check before the call
             with connect(db_url) as other:
-                theirs = take_over(other, queue.Job(job_id, "default", {}, 1, 5))
+                theirs = take_over(other, model.Job(job_id, "default", {}, 1, 5))
                 assert drainer.complete(other, [theirs]) == {job_id}
             stalled.append(theirs.attempts)
         return read  # what the check read, before the stall
@@ -554,7 +554,7 @@ LEASE = timedelta(minutes=5)
 
 
 def claimed_spec(conn: psycopg.Connection, limited: bool, jobs: int
-                 ) -> tuple[list[queue.Job], queue.Claim]:
+                 ) -> tuple[list[model.Job], queue.Claim]:
     """`jobs` jobs of queue q claimed, and the spec of the next claim, on a queue with a
     concurrency limit or none."""
     from drainer.limits import Limits
@@ -667,7 +667,7 @@ def test_a_claim_refused_before_it_is_sent_never_releases_twice(conn, db_url, mo
     worker that claimed it meanwhile: same (id, attempts) token. Nothing lands instead,
     and the release is sent once."""
     ran, unstarted = claimed_spec(conn, False, 2)[0]
-    taken: list[queue.Job] = []
+    taken: list[model.Job] = []
     settle = queue.settle
 
     def settle_with_a_worker_in_between(c, *args, **kwargs):

@@ -14,7 +14,7 @@ import pytest
 import drainer
 from drainer import clock
 from drainer.batch import Batch, Land, Outcome
-from drainer.queue import Job
+from drainer.model import Job
 from drainer.run import Options, Summary, drain
 from tests.helpers import wait_until
 

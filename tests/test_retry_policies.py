@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 
 import drainer
-from drainer import queue
+from drainer import model, queue
 from drainer.retry import MAX_DELAY, MIN_SNOOZE, clamp
 from drainer.run import Options, drain
 from drainer.tasks import Task
@@ -256,9 +256,9 @@ def test_a_lost_write_back_recognises_its_snoozes_and_failures(conn):
     for _ in range(3):
         drainer.enqueue(conn, "l", {})
     jobs = drainer.claim(conn, ["l"], 3, timedelta(minutes=5))
-    failures = [(jobs[0], queue.Setback("Snooze: later", "snooze", timedelta(seconds=5))),
-                (jobs[1], queue.Setback("ValueError: no", "failed")),
-                (jobs[2], queue.Setback("OSError: again", "retry", timedelta(seconds=9)))]
+    failures = [(jobs[0], model.Setback("Snooze: later", "snooze", timedelta(seconds=5))),
+                (jobs[1], model.Setback("ValueError: no", "failed")),
+                (jobs[2], model.Setback("OSError: again", "retry", timedelta(seconds=9)))]
     first = queue.settle(conn, (), failures, ())
     assert {i: f.status for i, f in first.failed.items()} == {
         jobs[0].token: "queued", jobs[1].token: "failed", jobs[2].token: "queued"}

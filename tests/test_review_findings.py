@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue, schedules
+from drainer import model, queue, schedules
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
 from tests.helpers import at, count, wait_until
@@ -64,8 +64,8 @@ def test_an_odd_slot_meta_never_stops_the_drain_nor_its_batch(conn, declared, me
 
 
 def test_scheduled_for_is_none_for_a_slot_no_schedule_wrote(conn):
-    def job(meta: object) -> queue.Job:
-        return queue.Job(1, "q", {}, 1, 5, meta)
+    def job(meta: object) -> model.Job:
+        return model.Job(1, "q", {}, 1, 5, meta)
 
     assert job({"schedule": "x", "slot": "garbage"}).scheduled_for is None
     assert job({"schedule": "x", "slot": "2026-05-01T00:00:00"}).scheduled_for is None
@@ -104,7 +104,7 @@ def test_two_write_backs_taking_two_schedules_in_opposite_orders_do_not_deadlock
     now = datetime.now(UTC)
     errors: list[BaseException] = []
 
-    def write_back(ran: list[queue.Job], c: psycopg.Connection) -> None:
+    def write_back(ran: list[model.Job], c: psycopg.Connection) -> None:
         try:
             queue.settle(c, ran, (), (), also=lambda cc: schedules.after_run(cc, ran, now))
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
@@ -180,7 +180,7 @@ def test_a_lost_write_back_recognises_a_snooze_at_the_largest_budget(conn):
     and must still be told from a write that did not land."""
     drainer.enqueue(conn, "z", {}, max_attempts=2147483647)
     [job] = drainer.claim(conn, ["z"], 1, LEASE)
-    snooze = [(job, queue.Setback("Snooze: later", "snooze", timedelta(seconds=5)))]
+    snooze = [(job, model.Setback("Snooze: later", "snooze", timedelta(seconds=5)))]
     first = queue.settle(conn, (), snooze, ())
     assert first.failed[job.token].status == "queued"
     again = queue.settle_again(conn, (), snooze)

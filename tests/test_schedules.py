@@ -14,7 +14,7 @@ import pytest
 
 import drainer
 from drainer import clock, queue, schedules, tasks
-from drainer.queue import Job
+from drainer.model import Job
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
 from tests.helpers import at, clean_env, run_cli, summary_of

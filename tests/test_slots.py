@@ -13,7 +13,7 @@ from freezegun import freeze_time
 import drainer
 from drainer import clock
 from drainer.batch import Batch, Pace
-from drainer.queue import Job
+from drainer.model import Job
 from drainer.run import Options, drain
 
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from drainer import clock, enqueue, enqueue_many, schedules
 from drainer.aws import events, schedule
 from drainer.aws.kick import Kicker
-from drainer.queue import Job
+from drainer.model import Job
 from drainer.run import Options, drain
 from drainer.worker import MIN_WAIT, Backoff
 

@@ -3,7 +3,7 @@ loads an application's. Its handler is the replay's (`World.handle`)."""
 
 from collections.abc import Callable
 
-from drainer.queue import Job
+from drainer.model import Job
 from drainer.tasks import task
 
 QUEUE = "simulated"

@@ -39,7 +39,8 @@ import drainer
 from drainer import sql
 from drainer.batch import MAX_TRACEBACK, describe
 from drainer.errors import BadInput, DrainerError, redact
-from drainer.queue import Job, check_queue
+from drainer.model import Job
+from drainer.queue import check_queue
 from drainer.retry import Snooze
 
 
