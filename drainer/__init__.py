@@ -43,7 +43,7 @@ from .queue import (
 from .retry import Constant, Exponential, Retry, Snooze
 from .run import Options, Summary, drain
 from .schedules import schedule
-from .schema import migrate
+from .storage.schema import migrate
 from .tasks import Task, task
 
 __all__ = [

@@ -1,7 +1,7 @@
 """`python -m drainer` / `drainer`: the command line (README.md, "Command line").
 
 Parsing, configuration and output only; the work is done by `drainer.run`,
-`drainer.queue` and `drainer.schema`. Exit codes: 0 done, 1 unexpected,
+`drainer.queue` and `drainer.storage.schema`. Exit codes: 0 done, 1 unexpected,
 2 usage or configuration, 3 database unavailable or schema missing.
 """
 
@@ -21,13 +21,14 @@ from typing import Any, NoReturn, TextIO
 
 import psycopg
 
-from . import __version__, clock, config, queue, schema, stopping
+from . import __version__, clock, config, queue, stopping
 from . import settings as s
 from .db import connect
 from .errors import CONFLICTS, BadInput, ConfigError, DrainerError, password_of, redact, translate
 from .progress import Progress, closing
 from .run import Options, Summary, drain
 from .settings import Setting, flag, nonnegative_seconds, positive_int
+from .storage import schema
 from .tasks import Handler, Task, select
 
 log = logging.getLogger("drainer")

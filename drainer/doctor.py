@@ -16,11 +16,11 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from . import sql
-from .limits import describe, fills
 from .queue import MANY_QUEUES, claim_kind, claim_sql, due
 from .run import DEFAULT_LEASE
 from .settings import DEFAULT_MAX_READY_AGE
+from .storage import sql
+from .storage.limits import describe, fills
 
 IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem
 LONG_TRANSACTION = 60.0  # seconds any transaction may stay open

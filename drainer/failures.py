@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, TypedDict
 
 import psycopg
 
-from . import sql
 from .errors import DrainerError
+from .storage import sql
 
 DEFAULT_LIMIT = 20
 DEFAULT_WIDTH = 120  # when stdout is no terminal and COLUMNS is unset

@@ -20,10 +20,9 @@ from psycopg.abc import AdaptContext, Buffer
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
 
-from . import drivers, sql, tracing
+from . import tracing
 from .db import storable
 from .errors import BadInput, ConfigError, DrainerError, NoResult, translated
-from .limits import Limits, held_swaps
 from .model import (
     Due,
     Enqueued,
@@ -36,6 +35,8 @@ from .model import (
     Undecodable,
     as_setback,
 )
+from .storage import drivers, sql
+from .storage.limits import Limits, held_swaps
 
 ARCHIVE_BATCH = 10_000
 # How long failed jobs (cancelled ones too) stay in `jobs` after they failed (their

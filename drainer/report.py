@@ -4,9 +4,9 @@ from typing import TypedDict
 
 import psycopg
 
-from . import sql
 from .failures import age, one_line
-from .limits import Fill, describe, fills
+from .storage import sql
+from .storage.limits import Fill, describe, fills
 
 
 class QueueStatus(TypedDict):

@@ -21,7 +21,7 @@ from . import clock, db, hooks, model, queue, schedules, stopping, tracing
 from . import tasks as tasks_
 from .batch import Batch, Land, Outcome, Pace
 from .errors import ConfigError, DatabaseUnavailable, DrainerError, SchemaMissing
-from .limits import Limits
+from .storage.limits import Limits
 from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)

@@ -23,10 +23,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 
-from . import db, sql
+from . import db
 from .errors import ConfigError
 from .model import Job
 from .queue import DEFAULT_MAX_ATTEMPTS, check_queue, encode_payload
+from .storage import sql
 
 if TYPE_CHECKING:
     from cronsim import CronSim

@@ -10,13 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 from . import hooks, queue, schedules
-from .drivers import Connectable
 from .errors import ConfigError
-from .limits import limits
 from .model import Job
 from .queue import check_queue
 from .retry import Backoff, Policy
 from .schedules import Schedule
+from .storage.drivers import Connectable
+from .storage.limits import limits
 
 Handler = Callable[[Job], object]
 

@@ -50,12 +50,13 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from . import clock, db, drivers, hooks, queue, run, schedules, sql, tasks
+from . import clock, db, hooks, queue, run, schedules, tasks
 from .batch import Batch
 from .errors import ConfigError, DrainerError, password_of, redact
 from .model import Job
 from .run import Options, Summary
-from .schema import migrate
+from .storage import drivers, sql
+from .storage.schema import migrate
 from .tasks import Handler, as_task
 
 if TYPE_CHECKING:

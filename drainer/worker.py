@@ -18,11 +18,12 @@ from typing import cast
 
 import psycopg
 
-from . import clock, sql, stopping
+from . import clock, stopping
 from .errors import Conflict, DatabaseUnavailable
 from .progress import totals
 from .run import COUNTS, Options, Summary, drain
 from .settings import DEFAULT_POLL
+from .storage import sql
 from .tasks import Handler
 
 log = logging.getLogger(__name__)

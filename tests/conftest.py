@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from drainer import schedules, testing
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 from tests import pgbouncer
 from tests.cluster import Cluster
 from tests.helpers import KNOWN, REQUIRABLE, REQUIRE, unavailable

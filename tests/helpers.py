@@ -26,7 +26,7 @@ from freezegun import freeze_time
 import drainer
 from drainer import clock
 from drainer.cli import build_parser
-from drainer.sql import MIGRATIONS
+from drainer.storage.sql import MIGRATIONS
 from drainer.worker import LISTEN_NAME
 
 T = TypeVar("T")

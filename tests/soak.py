@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 import drainer
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 from tests.cluster import Cluster
 from tests.helpers import clean_env
 from tests.tasks.soak_handler import FATAL, LIMITED

@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, queue, sql
+from drainer import clock, queue
 from drainer.run import Options, drain
+from drainer.storage import sql
 from tests.helpers import HAND_MADE_TABLE, clean_env, count, run_cli, summary_of, wait_until
 
 NOW = datetime(2030, 6, 30, 12, tzinfo=UTC)  # the database clock, as `now=` pretends

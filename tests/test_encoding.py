@@ -21,7 +21,7 @@ from drainer.db import connect
 from drainer.errors import BadInput
 from drainer.run import Options, Summary, drain
 from drainer.schedules import Schedule
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 from drainer.testing import drain_now
 from tests.helpers import at, clean_env, count, run_cli, summary_of
 

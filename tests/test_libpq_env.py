@@ -7,7 +7,7 @@ import pytest
 
 import drainer
 from drainer.db import connect
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 from tests.helpers import clean_env, run_cli, summary_of
 
 APP_PATH = "-c search_path=app,public"

@@ -8,8 +8,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, queue, sql
+from drainer import model, queue
 from drainer.run import Options, drain
+from drainer.storage import sql
 from tests.helpers import count
 
 LEASE = timedelta(minutes=5)

@@ -19,8 +19,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, queue, sql
-from drainer.limits import Limits, limits
+from drainer import model, queue
+from drainer.storage import sql
+from drainer.storage.limits import Limits, limits
 from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
 

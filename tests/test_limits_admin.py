@@ -10,9 +10,10 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor, model, queue, report, run, sql, testing
+from drainer import doctor, model, queue, report, run, testing
 from drainer.batch import Batch, Outcome
-from drainer.limits import Limits
+from drainer.storage import sql
+from drainer.storage.limits import Limits
 from tests.helpers import wait_until
 from tests.test_limits import claim_waiting_for_the_lock, limit_held
 

@@ -557,7 +557,7 @@ def claimed_spec(conn: psycopg.Connection, limited: bool, jobs: int
                  ) -> tuple[list[model.Job], queue.Claim]:
     """`jobs` jobs of queue q claimed, and the spec of the next claim, on a queue with a
     concurrency limit or none."""
-    from drainer.limits import Limits
+    from drainer.storage.limits import Limits
     drainer.enqueue_many(conn, "q", [{}] * jobs)
     capped = [Limits("q", concurrency=10)] if limited else []
     spec = queue.Claim([] if limited else ["q"], 10, LEASE, capped, 10)

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 import drainer
-from drainer import queue, sql
+from drainer import queue
 from drainer.db import connect
 from drainer.run import Options, drain
+from drainer.storage import sql
 from tests.helpers import HAND_MADE_TABLE, run_cli
 
 LEASE = timedelta(minutes=5)

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 import drainer
-from drainer.sql import MIGRATIONS
+from drainer.storage.sql import MIGRATIONS
 from tests.helpers import ROOT, run_cli
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

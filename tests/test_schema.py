@@ -7,8 +7,8 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import schema
-from drainer.sql import LATEST_VERSION, MIGRATIONS
+from drainer.storage import schema
+from drainer.storage.sql import LATEST_VERSION, MIGRATIONS
 from tests.helpers import HAND_MADE_TABLE
 
 
@@ -59,7 +59,7 @@ def test_a_hand_made_table_drains_without_migrate(empty_db_url):
 
 MIGRATE = """
 import sys, psycopg
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 with psycopg.connect(sys.argv[1], autocommit=True) as conn:
     print(migrate(conn))
 """

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import schema, sql
-from drainer.sql import LATEST_VERSION, MIGRATIONS
+from drainer.storage import schema, sql
+from drainer.storage.sql import LATEST_VERSION, MIGRATIONS
 
 
 def schema_at(conn: psycopg.Connection, version: int) -> None:

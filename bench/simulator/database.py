@@ -13,7 +13,7 @@ import psycopg
 
 from drainer import queue, schedules
 from drainer.schedules import Schedule
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 
 from .compute import Connection, Cursor, Session
 

@@ -12,7 +12,7 @@ import psycopg
 import drainer
 from drainer import queue
 from drainer.db import connect
-from drainer.schema import migrate
+from drainer.storage.schema import migrate
 
 from . import pg, procs
 from .systems import Load, System

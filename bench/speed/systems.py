@@ -17,8 +17,8 @@ from pathlib import Path
 import psycopg
 
 import drainer
-from drainer.schema import migrate
-from drainer.sql import MIGRATIONS
+from drainer.storage.schema import migrate
+from drainer.storage.sql import MIGRATIONS
 
 from . import pg, venvs
 from .programs.seed_jobs import seed as seed_jobs

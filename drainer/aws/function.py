@@ -14,10 +14,11 @@ from typing import Any
 
 import psycopg
 
-from .. import clock, schema
+from .. import clock
 from ..db import connect
 from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
 from ..run import Summary, drain
+from ..storage import schema
 from ..tasks import select
 from ..wake import Next, after_run, switch_at
 from . import clients, events, logs, schedule

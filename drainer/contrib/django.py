@@ -36,12 +36,12 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 import drainer
-from drainer import sql
 from drainer.batch import MAX_TRACEBACK, describe
 from drainer.errors import BadInput, DrainerError, redact
 from drainer.model import Job
 from drainer.queue import check_queue
 from drainer.retry import Snooze
+from drainer.storage import sql
 
 
 def _framework() -> str:

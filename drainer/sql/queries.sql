@@ -1,4 +1,4 @@
--- Every statement drainer sends at run time, named. Loaded once by drainer/sql.py.
+-- Every statement drainer sends at run time, named. Loaded once by drainer/storage/sql.py.
 -- A statement may hold another as a subquery, written (:name).
 -- Writes after the claim are all guarded by id AND status = 'running' AND attempts,
 -- so a worker can only change a job it still owns. Times come from now(); durations

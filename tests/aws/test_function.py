@@ -8,8 +8,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from drainer import cancel, claim, clock, complete, enqueue, enqueue_many, errors, schema
+from drainer import cancel, claim, clock, complete, enqueue, enqueue_many, errors
 from drainer.aws import clients, events, schedule
+from drainer.storage import schema
 from drainer.wake import ceil_minute
 from handlers.aws_lambda import handler
 from tests.aws.helpers import (

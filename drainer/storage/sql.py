@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from .errors import translated
+from ..errors import translated
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^-- migration: (\d+)\b.*$", re.MULTILINE)

@@ -14,8 +14,8 @@ from typing import TypedDict
 
 import psycopg
 
+from ..errors import ConfigError
 from . import sql
-from .errors import ConfigError
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(second|minute|hour)s?\s*$")
 _PER = {"second": 1.0, "minute": 60.0, "hour": 3600.0}

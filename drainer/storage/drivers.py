@@ -33,8 +33,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
+from ..errors import CONFLICTS, ConfigError, DrainerError, translate, translated, unencodable
 from . import sql
-from .errors import CONFLICTS, ConfigError, DrainerError, translate, translated, unencodable
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
