@@ -23,27 +23,14 @@ from .errors import (
 )
 from .hooks import on_dead, on_failure
 from .model import Job
-from .queue import (
-    archive,
-    cancel,
-    claim,
-    complete,
-    enqueue,
-    enqueue_async,
-    enqueue_many,
-    enqueue_many_async,
-    extend,
-    fail,
-    next_due,
-    reap,
-    release,
-    requeue,
-    result,
-)
 from .retry import Constant, Exponential, Retry, Snooze
 from .run import Options, Summary, drain
 from .schedules import schedule
+from .storage.admin import archive, cancel, next_due, reap, requeue, result
+from .storage.enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async
+from .storage.roundtrip import claim
 from .storage.schema import migrate
+from .storage.writeback import complete, extend, fail, release
 from .tasks import Task, task
 
 __all__ = [

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, cast
 from . import clock, db, stopping
 from .errors import DrainerError, redact
 from .model import Job, Setback, Token, Undecodable
-from .queue import encode_payload
+from .storage.enqueue import encode_payload
 from .tasks import Handler, Task, as_task
 
 log = logging.getLogger(__name__)

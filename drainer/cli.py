@@ -1,7 +1,7 @@
 """`python -m drainer` / `drainer`: the command line (README.md, "Command line").
 
-Parsing, configuration and output only; the work is done by `drainer.run`,
-`drainer.queue` and `drainer.storage.schema`. Exit codes: 0 done, 1 unexpected,
+Parsing, configuration and output only; the work is done by `drainer.run`
+and `drainer.storage`. Exit codes: 0 done, 1 unexpected,
 2 usage or configuration, 3 database unavailable or schema missing.
 """
 
@@ -21,14 +21,14 @@ from typing import Any, NoReturn, TextIO
 
 import psycopg
 
-from . import __version__, clock, config, queue, stopping
+from . import __version__, clock, config, stopping
 from . import settings as s
 from .db import connect
 from .errors import CONFLICTS, BadInput, ConfigError, DrainerError, password_of, redact, translate
 from .progress import Progress, closing
 from .run import Options, Summary, drain
 from .settings import Setting, flag, nonnegative_seconds, positive_int
-from .storage import schema
+from .storage import admin, enqueue, schema
 from .tasks import Handler, Task, select
 
 log = logging.getLogger("drainer")
@@ -155,7 +155,7 @@ def resolve(args: argparse.Namespace) -> None:
 
 def check_queue_arg(text: str) -> str:
     try:
-        return queue.check_queue(text)
+        return enqueue.check_queue(text)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-attempts", type=_checked(positive_int), metavar="N",
                    help="attempts before the job fails for good (default 5)")
     e.add_argument("--priority", type=_checked(_priority), default=0, metavar="P",
-                   help=f"{queue.MIN_PRIORITY} to {queue.MAX_PRIORITY}, higher first (default "
+                   help=f"{enqueue.MIN_PRIORITY} to {enqueue.MAX_PRIORITY}, higher first (default "
                         "0); with stdin, every line's")
     e.add_argument("--key", metavar="K",
                    help="unique while queued or running: a job of the queue holding K is "
@@ -312,10 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _priority(text: str) -> int:
     try:
-        return queue.check_priority(int(text))
+        return enqueue.check_priority(int(text))
     except (ValueError, BadInput):
-        raise ValueError(f"{text!r} is not an integer from {queue.MIN_PRIORITY} to "
-                         f"{queue.MAX_PRIORITY}") from None
+        raise ValueError(f"{text!r} is not an integer from {enqueue.MIN_PRIORITY} to "
+                         f"{enqueue.MAX_PRIORITY}") from None
 
 
 def _iso(text: str) -> datetime:
@@ -533,12 +533,12 @@ def _payload(text: str) -> object:
         raise BadInput(f"the payload is not valid JSON: {exc.msg} at {at}") from None
     except (ValueError, RecursionError) as exc:
         raise BadInput(f"the payload is not valid JSON: {exc}") from None
-    queue.encode_payload(payload)
+    enqueue.encode_payload(payload)
     return payload
 
 
 def cmd_enqueue(args: argparse.Namespace) -> None:
-    queue.check_queue(args.queue)
+    enqueue.check_queue(args.queue)
     if args.replace and args.key is None:
         raise ConfigError("--replace needs --key")
     when = {"run_at": args.run_at, "delay": args.delay, "max_attempts": args.max_attempts,
@@ -546,7 +546,7 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
     if args.payload is not None:
         payload = _payload(args.payload)  # refuse bad input before connecting
         with _open(args) as conn:
-            job = queue.enqueue_keyed(conn, args.queue, payload, key=args.key,
+            job = enqueue.enqueue_keyed(conn, args.queue, payload, key=args.key,
                                       replace=args.replace, **when)
         if job.outcome in ("queued", "running"):
             log.info("job %d (%s) holds key %r of queue %r: nothing enqueued%s", job.id,
@@ -562,7 +562,7 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
                  args.queue)
     payloads = _read_lines(sys.stdin)
     with _open(args) as conn:
-        count = queue.enqueue_many(conn, args.queue, payloads, **when)
+        count = enqueue.enqueue_many(conn, args.queue, payloads, **when)
     log.info("enqueued %d jobs on %r", count, args.queue)
     _emit({"enqueued": count})
 
@@ -617,14 +617,14 @@ def cmd_doctor(args: argparse.Namespace) -> None:
 
 def cmd_reap(args: argparse.Namespace) -> None:
     with _open(args) as conn:
-        _emit({"reaped": queue.reap(conn)})
+        _emit({"reaped": admin.reap(conn)})
 
 
 def cmd_archive(args: argparse.Namespace) -> None:
     with _open(args) as conn:
-        moved = queue.archive(conn, timedelta(days=args.archive_after),
+        moved = admin.archive(conn, timedelta(days=args.archive_after),
                               failed_older_than=timedelta(days=args.archive_failed_after),
-                              to_table=queue.has_archive(conn))
+                              to_table=admin.has_archive(conn))
     _emit({"archived": moved})
 
 
@@ -632,7 +632,7 @@ def cmd_requeue(args: argparse.Namespace) -> None:
     if bool(args.ids) == bool(args.queue):
         raise ConfigError("give failed job ids or --queue Q (one of the two)")
     with _open(args) as conn:
-        ids = queue.requeue(conn, queue=args.queue, ids=args.ids)
+        ids = admin.requeue(conn, queue=args.queue, ids=args.ids)
     for job_id, holder in ids.held.items():
         log.warning("job %d not requeued: job %d holds its key", job_id, holder)
     for job_id, until in ids.waiting.items():
@@ -648,7 +648,7 @@ def cmd_cancel(args: argparse.Namespace) -> None:
     from . import failures
 
     with _open(args) as conn:
-        ids = queue.cancel(conn, args.ids)
+        ids = admin.cancel(conn, args.ids)
         left = sorted(set(args.ids) - set(ids))
         known, where = failures.statuses(conn, left) if left else ({}, "jobs")
     missing = [job_id for job_id in left if job_id not in known]
@@ -669,7 +669,7 @@ def cmd_schedules(args: argparse.Namespace) -> None:
             args.queue = []  # every queue its modules have a task for
             _, queues = _handlers(args)
             declared = list(schedules.declared().values())
-            if not queue.has_schedules(conn):
+            if not admin.has_schedules(conn):
                 raise ConfigError("the database has no schedules table: run `drainer "
                                   "migrate` to add it")
             everything = sorted({*queues, *(d.queue for d in declared)})
@@ -677,7 +677,7 @@ def cmd_schedules(args: argparse.Namespace) -> None:
                                 strict=True)
             log.info("schedules synced: %d declared, for queues %s", len(declared),
                      ", ".join(everything))
-        rows = schedules.listed(conn) if queue.has_schedules(conn) else []
+        rows = schedules.listed(conn) if admin.has_schedules(conn) else []
     if args.json:
         _emit({"schedules": rows})
     else:

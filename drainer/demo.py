@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import psycopg
 
-from . import model, queue
+from . import model
 from .run import Options
+from .storage import enqueue
 from .tasks import Handler, task
 
 
@@ -46,9 +47,9 @@ def enqueue_samples(conn: psycopg.Connection, rng: random.Random | None = None
     emails = [{"to": f"user{i}@example.com", "bounce": rng.random() < 0.05} for i in range(240)]
     thumbs = [{"ms": rng.randint(10, 60)} for _ in range(60)]
     with conn.transaction():
-        n = queue.enqueue_many(conn, "demo.email", emails, max_attempts=2)
-        n += queue.enqueue_many(conn, "demo.thumbnail", thumbs)
-        n += queue.enqueue_many(conn, "demo.email", [{"to": "later@example.com"}] * 5,
+        n = enqueue.enqueue_many(conn, "demo.email", emails, max_attempts=2)
+        n += enqueue.enqueue_many(conn, "demo.thumbnail", thumbs)
+        n += enqueue.enqueue_many(conn, "demo.email", [{"to": "later@example.com"}] * 5,
                                 delay=timedelta(hours=1))
     print(f"drainer demo: enqueued {n} sample jobs (5% of the emails bounce; "
           "5 are due in an hour)", file=sys.stderr)

@@ -16,10 +16,11 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from .queue import MANY_QUEUES, claim_kind, claim_sql, due
 from .run import DEFAULT_LEASE
 from .settings import DEFAULT_MAX_READY_AGE
 from .storage import sql
+from .storage.admin import due
+from .storage.claim import MANY_QUEUES, claim_kind, claim_sql
 from .storage.limits import describe, fills
 
 IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem

@@ -1,6 +1,6 @@
 """The drain: reap, claim batches and run them until nothing is ready, archive, report.
 
-The loop never builds SQL; it calls `drainer.queue`. It decides only how much to
+The loop never builds SQL; it calls `drainer.storage`. It decides only how much to
 claim and when to stop, and those decisions live in `Sizer`. The scale-to-zero
 simulator in `bench/` runs this very loop, on virtual time (`drainer.clock`).
 """
@@ -17,10 +17,12 @@ from typing import TypeVar
 
 import psycopg
 
-from . import clock, db, hooks, model, queue, schedules, stopping, tracing
+from . import clock, db, hooks, model, schedules, stopping, tracing
 from . import tasks as tasks_
 from .batch import Batch, Land, Outcome, Pace
 from .errors import ConfigError, DatabaseUnavailable, DrainerError, SchemaMissing
+from .storage import admin, enqueue, roundtrip, writeback
+from .storage.claim import Claim
 from .storage.limits import Limits
 from .tasks import Handler, Task, as_task
 
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 MAX_INT = 2**63 - 1  # PostgreSQL's bigint: job ids, a claim's LIMIT
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_ARCHIVE_AFTER = timedelta(days=7)
-DEFAULT_ARCHIVE_FAILED_AFTER = queue.ARCHIVE_FAILED_AFTER
+DEFAULT_ARCHIVE_FAILED_AFTER = admin.ARCHIVE_FAILED_AFTER
 
 
 COUNTS = ("claimed", "done", "retried", "failed", "lost", "reaped", "archived")
@@ -341,14 +343,14 @@ class _Steps:
                  traced: tracing.DrainTrace | None) -> None:
         self.link, self.options, self.stop, self.summary = link, options, stop, summary
         summary.reaped, self.has_archive = link.send(
-            lambda c: queue.start(c, now=clock.database_now()))
+            lambda c: admin.start(c, now=clock.database_now()))
         self.tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
         _check_results(link.conn, [t for name, t in self.tasks.items()
                                    if name in options.queues])
         self.db_now = link.send(lambda c: _reconcile(c, handlers, options.queues))
         self.plain, self.limited = _split(self.tasks, options.queues)
         if self.limited:
-            link.send(lambda c: queue.record_limits(c, self.limited,
+            link.send(lambda c: admin.record_limits(c, self.limited,
                                                     _unlimited(handlers, self.plain)))
         self.sizer = Sizer(options.batch_size, options.concurrency)
         self.pace = Pace()  # handlers' times: how many slots a batch opens
@@ -367,7 +369,7 @@ class _Steps:
         if self.spans is not None:
             self.spans.took(job, seconds)
 
-    def claim(self, size: int, free: int | None = None) -> queue.Claim:
+    def claim(self, size: int, free: int | None = None) -> Claim:
         """A claim of `size` (what the deadline leaves time for), in which limited
         queues take no more than that nor the process's `free` handler slots (between
         batches, all of them): jobs waiting in a batch would hold a place its running
@@ -384,7 +386,7 @@ class _Steps:
         # A set: looked up in the list, 1,000 limited queues cost a million compares.
         kept = set(limited)
         self.left_out = [lim for lim in self.limited if lim not in kept]
-        return queue.Claim(self.plain, size, self.options.lease, limited,
+        return Claim(self.plain, size, self.options.lease, limited,
                            take=min(size, slots))
 
     def remaining(self) -> float | None:
@@ -411,7 +413,7 @@ class _Steps:
         size, self.summary.stopped = self.next_size()
         sent = clock.monotonic()
         spec = self.claim(size)
-        jobs = self.link.send(lambda c: queue.claim(
+        jobs = self.link.send(lambda c: roundtrip.claim(
             c, spec.queues, spec.size, spec.lease, limited=spec.limited, take=spec.take,
             now=clock.database_now())) if size else []
         if jobs and on_claim:
@@ -429,10 +431,10 @@ class _Steps:
         running = Batch(
             jobs, self.tasks, concurrency=self.options.concurrency, lease=self.options.lease,
             extend=lambda js: self.link.send(
-                lambda c: queue.extend_claims(c, js, self.options.lease,
+                lambda c: writeback.extend_claims(c, js, self.options.lease,
                                               now=clock.database_now())),
             hold=lambda js: self.link.send(
-                lambda c: queue.hold(c, js, self.options.lease, now=clock.database_now())),
+                lambda c: writeback.hold(c, js, self.options.lease, now=clock.database_now())),
             may_start=self.may_start, stop=self.stop, confirmed=sent,
             # Handlers' times serve the deadline's judgement and tracing only.
             took=(self.took if self.options.deadline is not None or self.spans is not None
@@ -512,7 +514,7 @@ class _Steps:
             return False
         return size > 0 and claimed == size and size >= rounds
 
-    def write_back(self, outcome: Outcome, claim_next: queue.Claim | None,
+    def write_back(self, outcome: Outcome, claim_next: Claim | None,
                    jobs: list[model.Job], land: Land | None = None) -> model.Settled:
         """Write `outcome` back with `claim_next`, and count, log, trace and tell the
         hooks of it; `jobs`: those it may hold. `land(claimed)` comes first: a refill's
@@ -523,7 +525,7 @@ class _Steps:
         _record(settled, outcome, self.summary)
         ended = _ended_lost(settled, outcome)
         if ended:  # rare: only jobs cancelled, or taken over, while ours
-            self.link.send(lambda c: queue.let_go(c, ended, now=clock.database_now()))
+            self.link.send(lambda c: writeback.let_go(c, ended, now=clock.database_now()))
         _log_failures(settled, outcome)
         if self.spans is not None:
             self.spans.batch(jobs, settled, outcome)
@@ -537,10 +539,10 @@ class _Steps:
         """Archive, and learn when more work is due."""
         options, summary = self.options, self.summary
         if not stopping.hurried(self.stop):  # after a second stop, the next run archives
-            summary.archived = self.link.send(lambda c: queue.archive(
+            summary.archived = self.link.send(lambda c: admin.archive(
                 c, options.archive_after, failed_older_than=options.archive_failed_after,
                 to_table=self.has_archive, now=clock.database_now()))
-        due = self.link.send(lambda c: queue.due(c, self.plain, limited=self.limited,
+        due = self.link.send(lambda c: admin.due(c, self.plain, limited=self.limited,
                                                  now=clock.database_now(), known=list(self.tasks)))
         summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
             due.next_due, due.run_at, due.lease_end, due.now)
@@ -551,7 +553,7 @@ class _Steps:
             # Something is due now, but is it a left-out queue's job that may start?
             # Not a plain queue's (an expired lease to reap, a job enqueued since the
             # last claim), nor a running job's lease end of a left-out queue.
-            left = self.link.send(lambda c: queue.due(c, [], limited=self.left_out,
+            left = self.link.send(lambda c: admin.due(c, [], limited=self.left_out,
                                                       now=clock.database_now()))
             if left.run_at is not None and left.run_at <= left.now:
                 summary.stopped = "deadline"  # ready jobs left out: the deadline stopped them
@@ -591,7 +593,7 @@ def warn_no_task(queues: list[str]) -> None:
 def _check_results(conn: psycopg.Connection, tasks: list[Task]) -> None:
     """ConfigError before any claim when a task keeps results the table cannot hold."""
     keeping = sorted(t.queue for t in tasks if t.keep_result)
-    if keeping and not queue.has_results(conn):
+    if keeping and not admin.has_results(conn):
         raise ConfigError(f"the task of queue {', '.join(map(repr, keeping))} keeps results "
                           "(keep_result=True), but the jobs table has no result column: run "
                           "`drainer migrate` to add it")
@@ -604,12 +606,12 @@ def _reconcile(conn: psycopg.Connection, handlers: Mapping[str, Handler],
     Only a queue whose handler is a registered task (its module loaded) may lose a
     schedule its module no longer declares."""
     declared = [s for s in schedules.declared().values() if s.queue in queues]
-    if not queue.has_schedules(conn):
+    if not admin.has_schedules(conn):
         if declared:
             raise ConfigError(f"schedule {declared[0].name!r}: the database has no schedules "
                               "table: run `drainer migrate` to add it")
         return None
-    if not declared and not queue.has_schedules(conn, stored=True):
+    if not declared and not admin.has_schedules(conn, stored=True):
         return None  # none declared, none ever stored: nothing to do, no statement
     registered = tasks_.registered()
     loaded = [q for q in queues if registered.get(q) is handlers[q]]
@@ -645,7 +647,7 @@ def _unlimited(handlers: Mapping[str, Handler], plain: list[str]) -> list[str]:
     return [q for q in plain if registered.get(q) is handlers[q]]
 
 
-def _settle(link: Link, outcome: Outcome, claim_next: queue.Claim | None,
+def _settle(link: Link, outcome: Outcome, claim_next: Claim | None,
             db_now: DatabaseClock | None) -> model.Settled:
     """Write a batch back with the next claim in one round trip (and what comes after
     the slots of schedules that ran). If the session drops, the results (guarded, so
@@ -656,10 +658,10 @@ def _settle(link: Link, outcome: Outcome, claim_next: queue.Claim | None,
     also = None if db_now is None else (
         lambda c: schedules.after_run(c, ran, db_now.now()))
     return link.send(
-        lambda c: queue.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
+        lambda c: roundtrip.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
                                results=outcome.results, claim_next=claim_next, also=also,
                                now=clock.database_now()),
-        lambda c: queue.settle_again(c, outcome.succeeded, outcome.failed,
+        lambda c: writeback.settle_again(c, outcome.succeeded, outcome.failed,
                                      results=outcome.results, claim_next=claim_next,
                                      also=also, now=clock.database_now()))
 
@@ -689,7 +691,7 @@ def _ended_lost(settled: model.Settled, outcome: Outcome) -> list[model.Job]:
     """The batch's claims no longer ours whose handler has ended, or never began: those
     the heartbeat found taken over, and those whose guarded completion or failure
     changed nothing. A job cancelled while running holds its limits' places until then
-    (queue.let_go). Unstarted jobs whose release changed nothing too, but not after a
+    (writeback.let_go). Unstarted jobs whose release changed nothing too, but not after a
     lost answer (`resent`): the release is not sent again then, and had it landed, its
     tokens (lowered by it) may be another drainer's now."""
     unstarted = () if settled.resent else outcome.unstarted
@@ -729,7 +731,7 @@ def _log_failure(job: model.Job, setback: model.Setback, failure: model.Failure,
     error = setback.error
     shown = error.replace("\r", "\\r").replace("\n", "\\n")
     # A hand-made table may hold a NULL max_attempts, which the fail statement reads as 5.
-    limit = queue.DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts
+    limit = enqueue.DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts
     line = (f"job {job.id} (queue {job.queue}) failed, attempt {job.attempts} of {limit}: "
             f"{shown}; {then}")
     data = {"event": "job_failed", "id": job.id, "queue": job.queue, "attempt": job.attempts,

@@ -26,8 +26,8 @@ import psycopg
 from . import db
 from .errors import ConfigError
 from .model import Job
-from .queue import DEFAULT_MAX_ATTEMPTS, check_queue, encode_payload
 from .storage import sql
+from .storage.enqueue import DEFAULT_MAX_ATTEMPTS, check_queue, encode_payload
 
 if TYPE_CHECKING:
     from cronsim import CronSim

@@ -9,13 +9,14 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from . import hooks, queue, schedules
+from . import hooks, schedules
 from .errors import ConfigError
 from .model import Job
-from .queue import check_queue
 from .retry import Backoff, Policy
 from .schedules import Schedule
+from .storage import enqueue
 from .storage.drivers import Connectable
+from .storage.enqueue import check_queue
 from .storage.limits import limits
 
 Handler = Callable[[Job], object]
@@ -69,23 +70,23 @@ class Task:
 
     def enqueue(self, conn: Connectable, payload: object, **options: Any) -> int:
         """`drainer.enqueue` on this task's queue, with its defaults."""
-        return queue.enqueue(conn, self.queue, payload, **self._defaults(options))
+        return enqueue.enqueue(conn, self.queue, payload, **self._defaults(options))
 
     def enqueue_many(self, conn: Connectable, payloads: Iterable[object],
                      **options: Any) -> int | list[int]:
         """`drainer.enqueue_many` on this task's queue, with its defaults."""
-        found: int | list[int] = queue.enqueue_many(conn, self.queue, payloads,
+        found: int | list[int] = enqueue.enqueue_many(conn, self.queue, payloads,
                                                     **self._defaults(options))
         return found
 
     async def enqueue_async(self, conn: Connectable, payload: object, **options: Any) -> int:
         """`drainer.enqueue_async` on this task's queue, with its defaults."""
-        return await queue.enqueue_async(conn, self.queue, payload, **self._defaults(options))
+        return await enqueue.enqueue_async(conn, self.queue, payload, **self._defaults(options))
 
     async def enqueue_many_async(self, conn: Connectable, payloads: Iterable[object],
                                  **options: Any) -> int | list[int]:
         """`drainer.enqueue_many_async` on this task's queue, with its defaults."""
-        found: int | list[int] = await queue.enqueue_many_async(
+        found: int | list[int] = await enqueue.enqueue_many_async(
             conn, self.queue, payloads, **self._defaults(options))
         return found
 

@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from . import clock, db, hooks, queue, run, schedules, tasks
+from . import clock, db, hooks, run, schedules, tasks
 from .batch import Batch
 from .errors import ConfigError, DrainerError, password_of, redact
 from .model import Job
 from .run import Options, Summary
-from .storage import drivers, sql
+from .storage import admin, drivers, roundtrip, sql, writeback
 from .storage.schema import migrate
 from .tasks import Handler, as_task
 
@@ -288,23 +288,23 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
     handling = {name: as_task(name, handler) for name, handler in handlers.items()}
     plain, limited = run._split(handling, options.queues)
     size = options.batch_size or IN_TRANSACTION_BATCH
-    while jobs := queue.claim(conn, plain, size, options.lease, limited=limited, take=1,
+    while jobs := roundtrip.claim(conn, plain, size, options.lease, limited=limited, take=1,
                               now=clock.database_now()):
         outcome = _OnThisThread(
             jobs, handling, concurrency=1, lease=options.lease,
-            extend=lambda js: queue.extend_claims(conn, js, options.lease,
+            extend=lambda js: writeback.extend_claims(conn, js, options.lease,
                                                   now=clock.database_now()),
             may_start=lambda job: True, stop=threading.Event(), tracebacks=options.verbose,
             codecs=db.codecs(conn),
         ).run()
-        settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
+        settled = roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
                                results=outcome.results, now=clock.database_now())
         run._record(settled, outcome, summary)
         ended = run._ended_lost(settled, outcome)
-        if ended:  # jobs cancelled under it: their places free now (see queue.let_go)
-            queue.let_go(conn, ended, now=clock.database_now())
+        if ended:  # jobs cancelled under it: their places free now (see writeback.let_go)
+            writeback.let_go(conn, ended, now=clock.database_now())
         run._log_failures(settled, outcome)
-    due = queue.due(conn, plain, limited=limited, now=clock.database_now(), known=list(handlers))
+    due = admin.due(conn, plain, limited=limited, now=clock.database_now(), known=list(handlers))
     summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
         due.next_due, due.run_at, due.lease_end, due.now)
     summary.no_task = due.no_task

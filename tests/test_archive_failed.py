@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, queue
+from drainer import clock
 from drainer.run import Options, drain
-from drainer.storage import sql
+from drainer.storage import admin, sql
 from tests.helpers import HAND_MADE_TABLE, clean_env, count, run_cli, summary_of, wait_until
 
 NOW = datetime(2030, 6, 30, 12, tzinfo=UTC)  # the database clock, as `now=` pretends
@@ -150,7 +150,7 @@ def test_without_the_archive_table_old_rows_are_deleted(conn):
     old = add(conn, "failed", run_at=days_ago(31), created_at=days_ago(31))
     young = add(conn, "failed", run_at=days_ago(2), created_at=days_ago(31))
     add(conn, "done", run_at=days_ago(8), created_at=days_ago(8))
-    assert not queue.has_archive(conn)
+    assert not admin.has_archive(conn)
     assert drainer.archive(conn, WEEK, batch=1, to_table=False, now=NOW) == 2
     assert ids_in(conn, "jobs") == [young] and old != young
 
@@ -162,7 +162,7 @@ def test_a_hand_made_table_without_the_indexes_is_scanned(empty_db_url):
         young = add(conn, "failed", run_at=days_ago(2), created_at=days_ago(31))
         plan = explain(conn, "archive_delete")
         assert "jobs_failed_idx" not in plan and "Seq Scan on jobs" in plan
-        assert drainer.archive(conn, WEEK, to_table=queue.has_archive(conn), now=NOW) == 1
+        assert drainer.archive(conn, WEEK, to_table=admin.has_archive(conn), now=NOW) == 1
         assert ids_in(conn, "jobs") == [young] and old != young
 
 

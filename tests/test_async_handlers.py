@@ -16,9 +16,10 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, queue
+from drainer import clock
 from drainer.batch import Batch
 from drainer.run import Options, drain
+from drainer.storage import roundtrip
 from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until
 
@@ -337,7 +338,7 @@ def test_an_async_job_written_off_before_its_task_began_never_runs(conn):
         ran.append(job.id)
 
     first, second = (drainer.enqueue(conn, "w", {}) for _ in range(2))
-    jobs = queue.claim(conn, ["w"], 2, timedelta(minutes=5))
+    jobs = roundtrip.claim(conn, ["w"], 2, timedelta(minutes=5))
     batch = Batch(jobs, {"w": handler}, concurrency=1, lease=timedelta(minutes=5),
                   extend=lambda js: {j.token for j in js}, may_start=lambda job: True,
                   stop=threading.Event())

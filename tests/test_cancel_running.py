@@ -13,11 +13,12 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, queue, run
+from drainer import batch, clock, run
 from drainer.batch import CANCEL_CHECK, MAX_HEARTBEAT
 from drainer.db import connect
 from drainer.model import Job, Token
 from drainer.run import Summary
+from drainer.storage import roundtrip, writeback
 from drainer.tasks import Task
 from tests.helpers import drainer_process, run_cli, summary_of, wait_until
 
@@ -204,14 +205,14 @@ def test_a_handler_that_stops_at_the_cancel_changes_nothing_in_the_table(ticks, 
         saw.append(cancelled.wait(REAL_WAIT))
 
     outcome = run_batch(job, handler,
-                        lambda js: queue.extend_claims(conn, js, timedelta(seconds=60)))
+                        lambda js: writeback.extend_claims(conn, js, timedelta(seconds=60)))
     assert saw == [True]
     summary = Summary()
-    run._record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
+    run._record(roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
                 outcome, summary)
     assert (summary.claimed, summary.done, summary.failed, summary.lost) == (1, 0, 0, 1)
     # Even written back as done, its result changes nothing: the write is guarded.
-    assert queue.settle(conn, [job], [], []).done == set()
+    assert roundtrip.settle(conn, [job], [], []).done == set()
     assert conn.execute("SELECT status, last_error, attempts FROM jobs").fetchone() == (
         "failed", "cancelled", job.attempts)
 

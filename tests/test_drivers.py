@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue
+from drainer.storage import enqueue
 from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key, require_module
 
 psycopg2 = require_module("psycopg2", "drivers")
@@ -113,7 +113,7 @@ def test_keys_replace_and_priorities_through_psycopg2(conn, pg2):
     with pg2:  # psycopg 2: one transaction, committed at the end of the block
         first = drainer.enqueue(pg2, "mail", {"v": 1}, key="k", priority=7)
         assert drainer.enqueue(pg2, "mail", {"v": 2}, key="k") == first
-        done = queue.enqueue_keyed(pg2, "mail", {"v": 3}, key="k", replace=True, priority=9)
+        done = enqueue.enqueue_keyed(pg2, "mail", {"v": 3}, key="k", replace=True, priority=9)
         assert done == (first, "replaced")
         ids = drainer.enqueue_many(pg2, "mail", [{"n": 1}, {"n": 2}, {"n": 3}],
                                    keys=["a", "h", "a"], priority=-5)
@@ -123,7 +123,7 @@ def test_keys_replace_and_priorities_through_psycopg2(conn, pg2):
     assert count(conn) == 3
     [job] = drainer.claim(conn, ["mail"], 1, LEASE)  # the highest priority: "k"
     with pg2:  # a running holder is left as it was, its row not kept locked
-        assert queue.enqueue_keyed(pg2, "mail", {"v": 4}, key="k", replace=True) == (
+        assert enqueue.enqueue_keyed(pg2, "mail", {"v": 4}, key="k", replace=True) == (
             first, "running")
         conn.execute("SET lock_timeout = '2s'")
         assert drainer.complete(conn, [job]) == {first}
@@ -589,9 +589,9 @@ def test_a_naive_run_at_is_bad_input_whatever_the_connection(conn, pg2, engine, 
         lambda: drainer.enqueue(pg2, "mail", {}, run_at=naive),
         lambda: drainer.enqueue_many(pg2.cursor(), "mail", [{}], run_at=naive),
     ]
-    for enqueue in enqueues:
+    for call in enqueues:
         with pytest.raises(drainer.BadInput, match="has no time zone"):
-            enqueue()
+            call()
     with engine.connect() as app, pytest.raises(drainer.BadInput, match="has no time zone"):
         drainer.enqueue(app, "mail", {}, run_at=naive)
 

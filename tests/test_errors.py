@@ -10,8 +10,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import errors, queue
+from drainer import errors
 from drainer.db import connect
+from drainer.storage import roundtrip
 from tests.cluster import PASSWORD_ROLE, free_port
 from tests.helpers import clean_env, run_cli, unavailable, wait_until
 
@@ -43,8 +44,7 @@ def test_wrong_password_is_authentication_failed(server, db_url):
 
 def test_missing_table_is_schema_missing(empty_db_url):
     with connect(empty_db_url) as conn, pytest.raises(errors.SchemaMissing) as info:
-        from drainer import queue
-        queue.claim(conn, ["default"], 1, __import__("datetime").timedelta(seconds=1))
+        roundtrip.claim(conn, ["default"], 1, __import__("datetime").timedelta(seconds=1))
     assert "drainer migrate" in str(info.value)
 
 
@@ -121,7 +121,7 @@ def test_a_lock_timeout_is_a_cancelled_statement(server, db_url, args):
 def test_a_statement_timeout_is_a_cancelled_statement(db_url):
     with connect(db_url, statement_timeout=timedelta(milliseconds=100)) as conn, \
             jobs_locked(db_url), pytest.raises(errors.StatementCancelled) as info:
-        queue.claim(conn, ["default"], 1, timedelta(seconds=1))
+        roundtrip.claim(conn, ["default"], 1, timedelta(seconds=1))
     assert "due to statement timeout" in str(info.value) and info.value.exit_code == 3
 
 

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 import psycopg
 
 import drainer
-from drainer import queue
 from drainer.batch import MAX_ERROR
+from drainer.storage import roundtrip, writeback
 from tests.helpers import DATABASE_OPTIONS, HAND_MADE_TABLE, clean_env, offered, run_cli
 
 ATTEMPT = re.compile(r"^drainer: job \d+ \(queue \S+\) failed, attempt \d+ of \d+: ")
@@ -107,12 +107,12 @@ def test_verbose_adds_the_handlers_traceback_which_is_never_stored(conn, db_url)
 def test_settle_returns_each_failures_new_run_at(conn):
     drainer.enqueue(conn, "default", {})
     [job] = drainer.claim(conn, ["default"], 1, timedelta(minutes=5))
-    settled = queue.settle(conn, (), [(job, "boom")], ())
+    settled = roundtrip.settle(conn, (), [(job, "boom")], ())
     run_at = conn.execute("SELECT run_at FROM jobs").fetchone()[0]
     assert list(settled.failed) == [job.token]
     assert (settled.failed[job.token].status, settled.failed[job.token].run_at) == (
         "queued", run_at)
-    again = queue.settle_again(conn, (), [(job, "boom")])  # its first answer was lost
+    again = writeback.settle_again(conn, (), [(job, "boom")])  # its first answer was lost
     assert (again.failed[job.token].status, again.failed[job.token].run_at) == ("queued", run_at)
 
 

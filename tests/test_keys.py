@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, queue
+from drainer import model
+from drainer.storage import enqueue
 from tests.helpers import HAND_MADE_TABLE, clean_env, count, enqueue_key, run_cli, wait_until
 
 LEASE = timedelta(minutes=5)
@@ -69,12 +70,12 @@ def test_replace_updates_a_queued_holder_and_keeps_a_running_one(conn):
     held = drainer.enqueue(conn, "mail", {"v": 1}, key="k")
     assert drainer.enqueue(conn, "mail", {"v": 2}, key="k") == held  # no replace: kept
     assert payload_of(conn, held) == ({"v": 1}, 0, False)
-    replaced = queue.enqueue_keyed(conn, "mail", {"v": 3}, key="k", replace=True,
+    replaced = enqueue.enqueue_keyed(conn, "mail", {"v": 3}, key="k", replace=True,
                                    priority=7, delay=60)
     assert replaced == (held, "replaced") and payload_of(conn, held) == ({"v": 3}, 7, True)
     conn.execute("UPDATE jobs SET run_at = now()")
     [job] = drainer.claim(conn, ["mail"], 1, LEASE)
-    kept = queue.enqueue_keyed(conn, "mail", {"v": 4}, key="k", replace=True)
+    kept = enqueue.enqueue_keyed(conn, "mail", {"v": 4}, key="k", replace=True)
     assert kept == (held, "running") and payload_of(conn, held)[0] == {"v": 3}
     assert drainer.complete(conn, [job]) == {held} and count(conn) == 1
 
@@ -95,7 +96,7 @@ def test_a_caller_transaction_never_holds_the_running_holder_locked(conn, db_url
             psycopg.connect(db_url, autocommit=True) as worker:
         [job] = drainer.claim(claimer, ["mail"], 1, LEASE)  # not committed yet
         outcome: list[model.Enqueued] = []
-        replacing = threading.Thread(target=lambda: outcome.append(queue.enqueue_keyed(
+        replacing = threading.Thread(target=lambda: outcome.append(enqueue.enqueue_keyed(
             caller, "mail", {"v": 2}, key="k", replace=True)))
         replacing.start()
         wait_until(lambda: blocked_on_a_lock(conn, caller.info.backend_pid))

@@ -8,9 +8,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, queue
+from drainer import model
 from drainer.run import Options, drain
-from drainer.storage import sql
+from drainer.storage import admin, claim, sql
 from tests.helpers import count
 
 LEASE = timedelta(minutes=5)
@@ -191,7 +191,7 @@ def test_archive_deletes_when_there_is_no_archive_table(conn):
     conn.execute("DROP TABLE jobs_archive")
     conn.execute("INSERT INTO jobs (payload, status, created_at) "
                  "VALUES ('{}', 'done', now() - interval '8 days')")
-    assert drainer.archive(conn, timedelta(days=7), to_table=queue.has_archive(conn)) == 1
+    assert drainer.archive(conn, timedelta(days=7), to_table=admin.has_archive(conn)) == 1
     assert count(conn) == 0
 
 
@@ -216,17 +216,17 @@ def sources(due: model.Due) -> tuple:
 
 
 def test_due_tells_a_queued_run_at_from_a_lease_end(conn):
-    assert sources(queue.due(conn, ["default"])) == (None, None, None)
+    assert sources(admin.due(conn, ["default"])) == (None, None, None)
     drainer.enqueue(conn, "default", {}, delay=600)
     run_at = one(conn, "SELECT run_at FROM jobs")[0]
-    assert sources(queue.due(conn, ["default"])) == (run_at, run_at, None)
+    assert sources(admin.due(conn, ["default"])) == (run_at, run_at, None)
     drainer.enqueue(conn, "default", {})
     drainer.claim(conn, ["default"], 1, timedelta(seconds=60))
     lease_end = one(conn, "SELECT locked_until FROM jobs WHERE status = 'running'")[0]
-    assert sources(queue.due(conn, ["default"])) == (lease_end, run_at, lease_end)
+    assert sources(admin.due(conn, ["default"])) == (lease_end, run_at, lease_end)
     later = run_at + timedelta(hours=1)  # both past: next_due is the current time
-    assert sources(queue.due(conn, ["default"], now=later)) == (later, run_at, lease_end)
-    assert sources(queue.due(conn, ["elsewhere"])) == (None, None, None)
+    assert sources(admin.due(conn, ["default"], now=later)) == (later, run_at, lease_end)
+    assert sources(admin.due(conn, ["elsewhere"])) == (None, None, None)
 
 
 def test_enqueue_rolls_back_with_the_callers_transaction(conn):
@@ -282,7 +282,7 @@ def test_claim_plan_uses_the_partial_index(conn):
     drainer.enqueue_many(conn, "other", ({"i": i} for i in range(5000)))
     conn.execute("ANALYZE jobs")
     plan = "\n".join(r[0] for r in conn.execute(
-        "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, *queue.claim_kind(conn)),
+        "EXPLAIN (COSTS OFF) " + claim.claim_sql(10, *claim.claim_kind(conn)),
         {"queues": ["default"], "lease": LEASE, "now": None}))
     lines = [line.strip() for line in plan.splitlines()]
     at = next(i for i, line in enumerate(lines) if "LockRows" in line)
@@ -300,9 +300,9 @@ def test_a_drain_sees_an_archive_table_created_since_its_connection_last_drained
     options = Options(queues=["default"], archive_after=timedelta(0))
     drainer.enqueue(conn, "default", {"n": 1})
     drain(conn, {"default": lambda job: None}, options)
-    assert count(conn) == 0 and not queue.has_archive(conn)
-    with psycopg.connect(db_url, autocommit=True) as admin:  # another session's migration
-        admin.execute(sql.MIGRATIONS[3])  # the archive table's
+    assert count(conn) == 0 and not admin.has_archive(conn)
+    with psycopg.connect(db_url, autocommit=True) as owner:  # another session's migration
+        owner.execute(sql.MIGRATIONS[3])  # the archive table's
     drainer.enqueue(conn, "default", {"n": 2})
     drain(conn, {"default": lambda job: None}, options)
     assert count(conn) == 0

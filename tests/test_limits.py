@@ -19,8 +19,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, queue
-from drainer.storage import sql
+from drainer import model
+from drainer.storage import admin, claim, roundtrip, sql
+from drainer.storage.claim import Claim
 from drainer.storage.limits import Limits, limits
 from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
@@ -176,7 +177,7 @@ def test_a_drain_that_meets_only_throttled_jobs_stops_with_next_due_at_the_next_
     assert summary["done"] == 20 and summary["stopped"] == "empty"
     first = runs.execute("SELECT min(at) FROM drainer_starts").fetchone()[0]
     assert summary["next_due"] is not None
-    due = drainer.queue.datetime.fromisoformat(summary["next_due"])
+    due = datetime.fromisoformat(summary["next_due"])
     assert due == first + timedelta(seconds=1)  # when the oldest start leaves the window
 
 
@@ -192,7 +193,7 @@ def test_a_killed_drainers_job_holds_its_place_until_reaped(runs, db_url, tmp_pa
     [summary] = finish(drainers(db_url, 1, "--queue", "single"))
     assert summary["claimed"] == 0  # the dead worker's job still counts
     lease_end = runs.execute("SELECT locked_until FROM jobs WHERE id = %s", (held,)).fetchone()[0]
-    assert drainer.queue.datetime.fromisoformat(summary["next_due"]) == lease_end
+    assert datetime.fromisoformat(summary["next_due"]) == lease_end
     runs.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
                  (held,))  # its lease runs out
     release.write_text("")
@@ -218,19 +219,19 @@ def test_a_group_on_a_hand_made_table_says_to_migrate(empty_db_url):
             drainer.enqueue(conn, "fifo", {}, group="g")
         drainer.enqueue(conn, "capped", {})
         with pytest.raises(drainer.ConfigError, match="drainer migrate"):
-            queue.claim(conn, [], 10, timedelta(minutes=5),
+            roundtrip.claim(conn, [], 10, timedelta(minutes=5),
                         limited=[Limits("capped", concurrency=3)], take=1)
 
 
 def test_queues_without_limits_keep_the_plain_claim(conn):
     drainer.enqueue(conn, "plain", {})
     drainer.enqueue(conn, "capped", {})
-    text = queue.claim_sql(10, *queue.claim_kind(conn))
+    text = claim.claim_sql(10, *claim.claim_kind(conn))
     assert "drainer_starts" not in text and "advisory" not in text
-    jobs = queue.claim(conn, ["plain"], 10, timedelta(minutes=5),
+    jobs = roundtrip.claim(conn, ["plain"], 10, timedelta(minutes=5),
                        limited=[Limits("capped", concurrency=1)], take=5)
     assert sorted(j.queue for j in jobs) == ["capped", "plain"]
-    assert queue.claim(conn, [], 10, timedelta(minutes=5),
+    assert roundtrip.claim(conn, [], 10, timedelta(minutes=5),
                        limited=[Limits("capped", concurrency=1)], take=5) == []
 
 
@@ -242,8 +243,8 @@ def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
     capped, grouped = Limits("single", concurrency=1), Limits("grouped", per_group=1)
     for _ in range(3):
         drainer.enqueue(conn, "grouped", {}, group="same")
-    queue.record_limits(conn, [capped, grouped], [])
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[capped, grouped], take=5)
+    admin.record_limits(conn, [capped, grouped], [])
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5), limited=[capped, grouped], take=5)
     assert sorted(j.queue for j in jobs) == ["grouped", "single"]  # one each: the limits
     data = report.stats(conn)
     assert [(f["queue"], f["running"], f["ready"], f["held"]) for f in data["limits"]] == [
@@ -255,7 +256,7 @@ def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
     assert [n.summary for n in notes] == ["grouped: 1 per group; 2 ready, 2 held back",
                                           "single: concurrency 1/1 running; 4 ready, 4 held back"]
     # A drain's code without those limits any more forgets them.
-    queue.record_limits(conn, [capped], ["grouped"])
+    admin.record_limits(conn, [capped], ["grouped"])
     assert [f["queue"] for f in report.stats(conn)["limits"]] == ["single"]
 
 
@@ -295,14 +296,14 @@ def test_a_held_back_group_backlog_costs_the_claim_only_its_heads(conn):
         drainer.enqueue_many(conn, "fifo", [{}] * 10_000, group=f"g{group}")
     conn.execute("ANALYZE jobs")
     grouped = Limits("fifo", per_group=1)
-    first = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
+    first = roundtrip.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
     assert len(first) == 5  # one head per group
     with conn.transaction(force_rollback=True):
-        [(plan,)] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queue.limited_sql(True), {
+        [(plan,)] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + claim.limited_sql(True), {
             "limits": json.dumps([grouped.row(10)]), "rated": [], "take": 10,
             "lease": timedelta(minutes=5), "now": None}).fetchall()
     assert 0 < read_from_jobs(plan[0]) < 10_000  # of 50,000 (it read them all, 8 times)
-    assert queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10) == []
+    assert roundtrip.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10) == []
 
 
 def test_a_group_behind_a_long_held_back_backlog_still_starts(conn):
@@ -310,10 +311,10 @@ def test_a_group_behind_a_long_held_back_backlog_still_starts(conn):
     [(head,)] = conn.execute("SELECT min(id) FROM jobs").fetchall()
     late = drainer.enqueue(conn, "fifo", {}, group="late")
     grouped = Limits("fifo", per_group=1)
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5), limited=[grouped], take=10)
     # late is not among the first 500 ready jobs, but heads its group.
     assert sorted(j.id for j in jobs) == [head, late]
-    assert queue.due(conn, [], limited=[grouped]).run_at is None  # nothing else may start
+    assert admin.due(conn, [], limited=[grouped]).run_at is None  # nothing else may start
 
 
 def test_groups_compare_as_text_and_a_null_group_is_none(conn):
@@ -321,8 +322,8 @@ def test_groups_compare_as_text_and_a_null_group_is_none(conn):
     conn.execute("""INSERT INTO jobs (queue, payload, meta) VALUES
         ('fifo', '{}', '{"group": "7"}'), ('fifo', '{}', '{"group": 7}'),
         ('fifo', '{}', '{"group": null}'), ('fifo', '{}', '{"group": null}')""")
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), limited=[Limits("fifo", per_group=1)],
-                       take=10)
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5),
+                           limited=[Limits("fifo", per_group=1)], take=10)
     ids = [i for (i,) in conn.execute("SELECT id FROM jobs ORDER BY id")]
     assert sorted(j.id for j in jobs) == [ids[0], ids[2], ids[3]]
 
@@ -333,13 +334,13 @@ def behind_a_held_back_backlog(conn, name: str) -> Limits:
     claim looks for jobs among the groups' heads."""
     grouped = Limits(name, per_group=1)
     drainer.enqueue(conn, name, {}, group="busy")
-    assert len(queue.claim(conn, [], 1, LEASE, limited=[grouped], take=1)) == 1
+    assert len(roundtrip.claim(conn, [], 1, LEASE, limited=[grouped], take=1)) == 1
     drainer.enqueue_many(conn, name, [{}] * 500, priority=10, group="busy")
     return grouped
 
 
 def claimed_ids(conn, take: int, *limited: Limits) -> list[int]:
-    return [job.id for job in queue.claim(conn, [], 100, LEASE, limited=limited, take=take)]
+    return [job.id for job in roundtrip.claim(conn, [], 100, LEASE, limited=limited, take=take)]
 
 
 @pytest.mark.parametrize("limited", [Limits("q", concurrency=1), Limits("q", rate=1,
@@ -413,7 +414,7 @@ def claim_waiting_for_the_lock(conn, claimer: psycopg.Connection,
                                limited: Limits) -> "Future[list[model.Job]]":
     """A claim by `claimer` on another thread, once it waits for the limits lock."""
     pid = claimer.info.backend_pid
-    claiming = POOL.submit(queue.claim, claimer, [], 10, timedelta(minutes=5),
+    claiming = POOL.submit(roundtrip.claim, claimer, [], 10, timedelta(minutes=5),
                            limited=[limited], take=10)
     wait_until(lambda: conn.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
                                     (pid,)).fetchone() == ("advisory",))
@@ -471,7 +472,7 @@ def test_next_due_of_a_per_group_queue_reads_no_delayed_backlog(conn):
                                  ).fetchall()
     assert read_from_jobs(plan[0]) < 5_000
     [(first,)] = conn.execute("SELECT min(run_at) FROM jobs").fetchall()
-    assert queue.due(conn, [], limited=[grouped]).run_at == first
+    assert admin.due(conn, [], limited=[grouped]).run_at == first
 
 
 def test_limited_claims_take_no_more_than_the_free_slots_across_their_queues(conn):
@@ -481,9 +482,9 @@ def test_limited_claims_take_no_more_than_the_free_slots_across_their_queues(con
     for name in ("a", "b", "a", "b"):
         drainer.enqueue(conn, name, {})
     capped = [Limits("a", concurrency=5), Limits("b", concurrency=5)]
-    jobs = queue.claim(conn, ["plain"], 10, timedelta(minutes=5), take=1, limited=capped)
+    jobs = roundtrip.claim(conn, ["plain"], 10, timedelta(minutes=5), take=1, limited=capped)
     assert [j.queue for j in jobs] == ["a"]  # the oldest of both
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=2, limited=capped)
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5), take=2, limited=capped)
     assert sorted(j.queue for j in jobs) == ["a", "b"]
 
 
@@ -506,7 +507,7 @@ def test_limited_statements_run_without_jit(conn):
     table's: a claim of 20,000 jobs was costed past jit_above_cost, and compiled at
     every claim (120 ms on PostgreSQL 15 with LLVM), under the queues' locks."""
     conn.execute("SET jit = on")
-    with queue._transaction(conn, no_jit=True):
+    with roundtrip.transaction(conn, no_jit=True):
         cursor = conn.execute("SHOW jit")
     assert cursor.fetchall() == [("off",)]
     assert conn.execute("SHOW jit").fetchall() == [("on",)]  # for that transaction only
@@ -527,7 +528,7 @@ def test_a_limited_queue_drains_at_any_concurrency_the_option_takes(runs, slots)
     summary = drainer.drain(runs, {"capped": lambda job: None},
                             drainer.Options(queues=["capped"], concurrency=slots))
     assert (summary.claimed, summary.done) == (3, 3)
-    assert queue.claim(runs, [], 10, timedelta(minutes=5), take=slots,
+    assert roundtrip.claim(runs, [], 10, timedelta(minutes=5), take=slots,
                        limited=[Limits("capped", concurrency=3)]) == []
 
 
@@ -538,12 +539,12 @@ def test_one_claim_serves_a_grouped_queue_and_a_capped_one_together(conn):
     drainer.enqueue(conn, "grouped", {}, group="g")
     drainer.enqueue(conn, "grouped", {}, group="g")  # behind the first of its group
     spec = [Limits("capped", concurrency=5), Limits("grouped", per_group=1)]
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec)
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec)
     assert sorted(j.queue for j in jobs) == ["capped", "grouped"]
     drainer.enqueue(conn, "capped", {})
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec[:1])
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5), take=10, limited=spec[:1])
     assert [j.queue for j in jobs] == ["capped"]
-    assert "meta ->> 'group'" not in queue.limited_sql(False, grouped=False)
+    assert "meta ->> 'group'" not in claim.limited_sql(False, grouped=False)
 
 
 def test_a_limited_claim_that_fails_still_writes_its_batch_back(conn, db_url):
@@ -555,11 +556,11 @@ def test_a_limited_claim_that_fails_still_writes_its_batch_back(conn, db_url):
     drainer.enqueue_many(conn, "capped", [{}] * 4)
     capped = Limits("capped", concurrency=10)
     with psycopg.connect(db_url, autocommit=True) as drain:
-        jobs = queue.claim(drain, [], 10, timedelta(minutes=5), take=10, limited=[capped])
+        jobs = roundtrip.claim(drain, [], 10, timedelta(minutes=5), take=10, limited=[capped])
         drain.execute("SET lock_timeout = '100ms'")
         with limit_held(db_url, "capped"), pytest.raises(drainer.DrainerError):
-            queue.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
-                         claim_next=queue.Claim([], 10, timedelta(minutes=5), [capped], 10))
+            roundtrip.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
+                         claim_next=Claim([], 10, timedelta(minutes=5), [capped], 10))
         statuses = drain.execute("SELECT status, attempts, locked_until IS NULL FROM jobs "
                                  "ORDER BY id").fetchall()
     assert statuses == [("done", 1, True), ("done", 1, True), ("queued", 1, True),
@@ -572,10 +573,10 @@ def test_a_write_back_frees_the_room_its_own_limited_claim_counts(conn):
     drainer.enqueue_many(conn, "capped", [{}] * 4)
     capped = [Limits("capped", concurrency=2)]
     lease = timedelta(minutes=5)
-    first = queue.claim(conn, [], 10, lease, take=10, limited=capped)
+    first = roundtrip.claim(conn, [], 10, lease, take=10, limited=capped)
     assert len(first) == 2
-    settled = queue.settle(conn, first, [], [],
-                           claim_next=queue.Claim([], 10, lease, capped, 10))
+    settled = roundtrip.settle(conn, first, [], [],
+                           claim_next=Claim([], 10, lease, capped, 10))
     assert settled.done == {j.token for j in first} and len(settled.claimed) == 2
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (2,)
 
@@ -588,7 +589,7 @@ def test_ctrl_c_while_the_claim_waits_for_the_limits_lock_keeps_the_write_back(c
     drainer.enqueue_many(conn, "capped", [{}] * 3)
     capped = [Limits("capped", concurrency=10)]
     with psycopg.connect(db_url, autocommit=True) as drain:
-        jobs = queue.claim(drain, [], 10, timedelta(minutes=5), limited=capped, take=10)
+        jobs = roundtrip.claim(drain, [], 10, timedelta(minutes=5), limited=capped, take=10)
         pid = drain.info.backend_pid
         main = threading.main_thread().ident
         assert main is not None
@@ -606,8 +607,8 @@ def test_ctrl_c_while_the_claim_waits_for_the_limits_lock_keeps_the_write_back(c
             with limit_held(db_url, "capped"):
                 threading.Thread(target=interrupt_once_waiting, daemon=True).start()
                 with pytest.raises(KeyboardInterrupt):
-                    queue.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], [],
-                                 claim_next=queue.Claim([], 10, timedelta(minutes=5), capped,
+                    roundtrip.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], [],
+                                 claim_next=Claim([], 10, timedelta(minutes=5), capped,
                                                         10))
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -694,7 +695,7 @@ def test_two_drainers_naming_the_same_limited_queues_in_another_order_do_not_dea
     drainers started together with `--queue capped --queue single` and `--queue single
     --queue capped` lock the two rows in opposite orders. (The test holds capped's row
     for a moment, as a third drainer's upsert would, so that both meet in the middle.)"""
-    queue.record_limits(conn, [Limits("capped", concurrency=3), Limits("single", concurrency=1)],
+    admin.record_limits(conn, [Limits("capped", concurrency=3), Limits("single", concurrency=1)],
                         [])
     with psycopg.connect(db_url) as holder:
         holder.execute("SELECT FROM drainer_limits WHERE queue = 'capped' FOR UPDATE")
@@ -736,7 +737,7 @@ def test_a_claim_naming_a_queue_twice_takes_each_job_once(conn):
     drainer.enqueue_many(conn, "capped", [{}] * 10)
     drainer.enqueue_many(conn, "plain", [{}] * 3)
     capped = Limits("capped", concurrency=3)
-    jobs = queue.claim(conn, ["plain", "plain"], 10, timedelta(minutes=5),
+    jobs = roundtrip.claim(conn, ["plain", "plain"], 10, timedelta(minutes=5),
                        limited=[capped, capped], take=10)
     ids = [j.id for j in jobs]
     assert len(ids) == len(set(ids)) == 6, ids
@@ -787,7 +788,7 @@ def test_a_paused_drainer_never_holds_a_limits_lock_against_every_other_drainer(
             with psycopg.connect(db_url, autocommit=True) as other:
                 other.execute("SET lock_timeout = '3s'")
                 try:
-                    queue.claim(other, [], 10, timedelta(minutes=5),
+                    roundtrip.claim(other, [], 10, timedelta(minutes=5),
                                 limited=[Limits("capped", concurrency=3)], take=3)
                     blocked = None
                 except drainer.DrainerError as exc:
@@ -814,7 +815,7 @@ def test_a_limited_claim_reads_big_payloads_after_its_commit_whole_and_in_order(
     big = {"blob": os.urandom(20_000).hex()}  # 40 kB that compression leaves as it is
     payloads = [{"n": 0}, big, None, {"n": 3}, {**big, "n": 4}, {"n": 5}]
     drainer.enqueue_many(conn, "capped", payloads)
-    jobs = queue.claim(conn, [], 10, timedelta(minutes=5),
+    jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5),
                        limited=[Limits("capped", concurrency=10)], take=10)
     assert [job.payload for job in jobs] == payloads
     ids = [job.id for job in jobs]
@@ -836,7 +837,7 @@ def failing_read(conn, db_url, monkeypatch) -> list[model.Job]:
         if name != "claimed_payloads":
             return run(target, name, params)
         with psycopg.connect(db_url, autocommit=True) as other:
-            other_claim.extend(queue.claim(other, ["plain"], 1, timedelta(minutes=5)))
+            other_claim.extend(roundtrip.claim(other, ["plain"], 1, timedelta(minutes=5)))
         with psycopg.connect(db_url) as holder:  # e.g. a migration's ALTER TABLE
             holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
             try:
@@ -858,9 +859,9 @@ def test_a_failed_payload_read_after_the_commit_does_not_send_the_release_again(
     from under that drainer's running handler, for a third to run it again."""
     drainer.enqueue(conn, "capped", {"blob": "x" * 100_000})
     drainer.enqueue(conn, "plain", {"n": 1})
-    [u] = queue.claim(conn, ["plain"], 1, timedelta(minutes=5))
+    [u] = roundtrip.claim(conn, ["plain"], 1, timedelta(minutes=5))
     with pytest.raises(drainer.DrainerError):
-        queue.settle(conn, [], (), [u], claim_next=queue.Claim(
+        roundtrip.settle(conn, [], (), [u], claim_next=Claim(
             [], 10, timedelta(minutes=5), [Limits("capped", concurrency=3)], take=3))
     assert [j.token for j in failing_read] == [u.token]  # the other drainer holds u
     assert conn.execute("SELECT status, attempts FROM jobs WHERE id = %s",
@@ -868,13 +869,13 @@ def test_a_failed_payload_read_after_the_commit_does_not_send_the_release_again(
 
 
 def test_jobs_whose_payload_read_failed_after_the_commit_are_given_back(conn, failing_read):
-    """The same failed read in queue.claim(): the claim committed, the caller gets an
+    """The same failed read in roundtrip.claim(): the claim committed, the caller gets an
     error and no job, and the jobs stayed 'running', an attempt spent, holding their
     limit's places until their lease ran out (with max_attempts=1, failed for good by
     the reaper, never run). They are given back."""
     drainer.enqueue(conn, "capped", {"blob": "x" * 100_000}, max_attempts=1)
     with pytest.raises(drainer.DrainerError):
-        queue.claim(conn, [], 10, timedelta(minutes=5),
+        roundtrip.claim(conn, [], 10, timedelta(minutes=5),
                     limited=[Limits("capped", concurrency=3)], take=3)
     assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("queued", 0)]
 
@@ -886,5 +887,5 @@ def test_a_limited_queues_lease_end_of_minus_infinity_does_not_break_next_due(co
     drainer.enqueue(conn, "lim", {})
     conn.execute("UPDATE jobs SET status = 'running', attempts = 1, "
                  "locked_until = '-infinity'")
-    due = queue.due(conn, [], limited=[Limits("lim", concurrency=2)])
+    due = admin.due(conn, [], limited=[Limits("lim", concurrency=2)])
     assert due.next_due == due.now and due.lease_end == due.now, due

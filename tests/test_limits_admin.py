@@ -10,9 +10,10 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor, model, queue, report, run, testing
+from drainer import doctor, model, report, run, testing
 from drainer.batch import Batch, Outcome
-from drainer.storage import sql
+from drainer.storage import admin, roundtrip, sql, writeback
+from drainer.storage.claim import Claim
 from drainer.storage.limits import Limits
 from tests.helpers import wait_until
 from tests.test_limits import claim_waiting_for_the_lock, limit_held
@@ -74,37 +75,37 @@ def test_a_cancelled_running_head_holds_its_place_until_its_lease_ends(conn):
     claim's lease ends, and next_due says when that is."""
     a = drainer.enqueue(conn, "fifo", {}, group="g")
     b = drainer.enqueue(conn, "fifo", {}, group="g")
-    queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (a,))
-    assert queue.cancel(conn, [a]) == [a]
+    assert admin.cancel(conn, [a]) == [a]
     assert status(conn, a) == ("failed", 1, "cancelled")
-    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
-    assert queue.due(conn, [], limited=[FIFO]).lease_end == lease_end
+    assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    assert admin.due(conn, [], limited=[FIFO]).lease_end == lease_end
     conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (a,))  # it ended
-    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
+    assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
 
 
 def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
-    """queue.let_go, which a drain sends once a cancelled claim's handler has ended:
+    """writeback.let_go, which a drain sends once a cancelled claim's handler has ended:
     the place frees at once; a claim still running, a stale token, and a job requeued
     since keep what they had."""
     a, b, c = (drainer.enqueue(conn, "fifo", {}, group=g) for g in ("a", "a", "c"))
-    [ja, jc] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
-    queue.cancel(conn, [a])
+    [ja, jc] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    admin.cancel(conn, [a])
     stale = model.Job(a, "fifo", {}, ja.attempts - 1, ja.max_attempts)
-    assert queue.let_go(conn, [stale, jc]) == 0  # not that claim; still running
-    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
-    assert queue.let_go(conn, [ja]) == 1 and queue.let_go(conn, [ja]) == 0
+    assert writeback.let_go(conn, [stale, jc]) == 0  # not that claim; still running
+    assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    assert writeback.let_go(conn, [ja]) == 1 and writeback.let_go(conn, [ja]) == 0
     assert status(conn, a) == ("failed", 1, "cancelled")
-    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
+    assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
     assert status(conn, c) == ("running", 1, None)
-    queue.cancel(conn, [b])
+    admin.cancel(conn, [b])
     [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (b,))
-    requeued = queue.requeue(conn, ids=[b])  # its handler may run on: it stays failed
+    requeued = admin.requeue(conn, ids=[b])  # its handler may run on: it stays failed
     assert requeued == [] and requeued.waiting == {b: lease_end}
-    assert queue.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
-    assert queue.requeue(conn, ids=[b]) == [b]
-    assert queue.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 0  # queued: not its own
+    assert writeback.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
+    assert admin.requeue(conn, ids=[b]) == [b]
+    assert writeback.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 0  # queued: not its own
 
 
 def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelled(
@@ -190,7 +191,7 @@ def test_stats_and_doctor_survive_a_hand_edited_limits_row(conn, edit):
     limits from the code), so an operator may edit or empty it: a rate with no window
     (NULL), or with one past an interval's range, is shown as a rate of unknown
     window, and neither command fails."""
-    queue.record_limits(conn, [Limits("rated", rate=10, per_seconds=60.0)], [])
+    admin.record_limits(conn, [Limits("rated", rate=10, per_seconds=60.0)], [])
     drainer.enqueue(conn, "rated", {})
     conn.execute(f"UPDATE drainer_limits SET {edit}")
     text = report.format_stats(report.stats(conn))
@@ -205,17 +206,17 @@ def test_requeue_of_an_older_failed_job_never_overlaps_nor_jumps_a_running_one(c
     a = drainer.enqueue(conn, "fifo", {}, group="g", max_attempts=1)
     b = drainer.enqueue(conn, "fifo", {}, group="g")
     c = drainer.enqueue(conn, "fifo", {}, group="g")
-    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
-    queue.fail(conn, [(ja, "boom")])
-    [jb] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    writeback.fail(conn, [(ja, "boom")])
+    [jb] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert jb.id == b
-    assert queue.requeue(conn, ids=[a]) == [a]
-    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
-    settled = queue.settle(conn, [jb], [], [],
-                           claim_next=queue.Claim([], 10, LEASE, [FIFO], 10))
+    assert admin.requeue(conn, ids=[a]) == [a]
+    assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    settled = roundtrip.settle(conn, [jb], [], [],
+                           claim_next=Claim([], 10, LEASE, [FIFO], 10))
     assert [j.id for j in settled.claimed] == [a]
-    settled = queue.settle(conn, settled.claimed, [], [],
-                           claim_next=queue.Claim([], 10, LEASE, [FIFO], 10))
+    settled = roundtrip.settle(conn, settled.claimed, [], [],
+                           claim_next=Claim([], 10, LEASE, [FIFO], 10))
     assert [j.id for j in settled.claimed] == [c]
 
 
@@ -225,12 +226,12 @@ def test_a_requeue_that_commits_while_a_claim_waits_for_the_lock_is_seen_by_it(c
     not the newer one queued behind it."""
     a = drainer.enqueue(conn, "fifo", {}, group="g", max_attempts=1)
     drainer.enqueue(conn, "fifo", {}, group="g")
-    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
-    queue.fail(conn, [(ja, "boom")])
+    [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    writeback.fail(conn, [(ja, "boom")])
     with (limit_held(db_url, "fifo") as holder,
           psycopg.connect(db_url, autocommit=True) as claimer):
         claiming = claim_waiting_for_the_lock(conn, claimer, FIFO)
-        assert queue.requeue(conn, ids=[a]) == [a]
+        assert admin.requeue(conn, ids=[a]) == [a]
         holder.commit()
         assert [j.id for j in claiming.result(timeout=30)] == [a]
 
@@ -242,19 +243,19 @@ def test_a_reap_that_commits_while_a_claim_waits_gives_the_group_its_head_back_o
     behind it; the stale worker's writes change nothing; the place stays counted."""
     a = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
-    [stale] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    [stale] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
                  (a,))
     with (limit_held(db_url, "fifo") as holder,
           psycopg.connect(db_url, autocommit=True) as claimer):
         claiming = claim_waiting_for_the_lock(conn, claimer, FIFO)
-        assert queue.reap(conn) == 1
+        assert admin.reap(conn) == 1
         holder.commit()
         [again] = claiming.result(timeout=30)
     assert (again.id, again.attempts) == (a, 2)
-    assert queue.complete(conn, [stale]) == set()
-    assert queue.release(conn, [stale]) == set()
-    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    assert writeback.complete(conn, [stale]) == set()
+    assert writeback.release(conn, [stale]) == set()
+    assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
 
 
 def test_a_stale_write_back_after_cancel_requeue_and_a_new_claim_frees_no_place(conn):
@@ -263,19 +264,19 @@ def test_a_stale_write_back_after_cancel_requeue_and_a_new_claim_frees_no_place(
     next job still waits for the new claim."""
     a = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
-    [stale] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
-    assert queue.cancel(conn, [a]) == [a]
+    [stale] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert admin.cancel(conn, [a]) == [a]
     conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (a,))  # lease ended
-    assert queue.requeue(conn, ids=[a]) == [a]
-    [current] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert admin.requeue(conn, ids=[a]) == [a]
+    [current] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert current.token == (a, 2)
-    assert queue.extend(conn, [stale], LEASE) == set()
-    for write in (lambda: queue.complete(conn, [stale]),
-                  lambda: queue.fail(conn, [(stale, "stale")]),
-                  lambda: queue.release(conn, [stale])):
+    assert writeback.extend(conn, [stale], LEASE) == set()
+    for write in (lambda: writeback.complete(conn, [stale]),
+                  lambda: writeback.fail(conn, [(stale, "stale")]),
+                  lambda: writeback.release(conn, [stale])):
         assert not write()
     assert status(conn, a) == ("running", 2, None)
-    assert queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
+    assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
 
 
 def test_archiving_with_no_retention_mid_drain_leaves_every_counted_row(conn):
@@ -285,23 +286,23 @@ def test_archiving_with_no_retention_mid_drain_leaves_every_counted_row(conn):
     group waits, the other's order goes on."""
     heads = [drainer.enqueue(conn, "fifo", {}, group=g) for g in ("g1", "g2")]
     behind = [drainer.enqueue(conn, "fifo", {}, group=g) for g in ("g1", "g2")]
-    claimed = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    claimed = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert sorted(j.id for j in claimed) == heads
-    queue.cancel(conn, [heads[1]])
-    queue.complete(conn, [j for j in claimed if j.id == heads[0]])
+    admin.cancel(conn, [heads[1]])
+    writeback.complete(conn, [j for j in claimed if j.id == heads[0]])
 
     def archive() -> int:
-        return queue.archive(conn, timedelta(0), failed_older_than=timedelta(0),
+        return admin.archive(conn, timedelta(0), failed_older_than=timedelta(0),
                              now=conn.execute("SELECT now() + interval '1 second'"
                                               ).fetchone()[0])
 
     assert archive() == 1  # the done head
-    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
             ] == [behind[0]]
     conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
                  (heads[1],))  # its lease ended
     assert archive() == 1
-    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
             ] == [behind[1]]
 
 
@@ -312,7 +313,7 @@ def test_a_waiting_job_moved_to_another_group_by_hand_takes_its_place_there_by_i
     drainer.enqueue(conn, "fifo", {}, group="b")  # b's head, newer than old
     behind = drainer.enqueue(conn, "fifo", {}, group="a")
     conn.execute("""UPDATE jobs SET meta = '{"group": "b"}' WHERE id = %s""", (old,))
-    assert sorted(j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert sorted(j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
                   ) == [old, behind]
 
 
@@ -321,10 +322,10 @@ def test_a_running_job_moved_to_another_queue_by_hand_is_still_written_back(conn
     limits count the table), and its worker's result still lands: nothing lost."""
     a = drainer.enqueue(conn, "single", {})
     b = drainer.enqueue(conn, "single", {})
-    [job] = queue.claim(conn, [], 10, LEASE, limited=[SINGLE], take=10)
+    [job] = roundtrip.claim(conn, [], 10, LEASE, limited=[SINGLE], take=10)
     conn.execute("UPDATE jobs SET queue = 'elsewhere' WHERE id = %s", (a,))
-    assert [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[SINGLE], take=10)] == [b]
-    assert queue.complete(conn, [job]) == {a}
+    assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[SINGLE], take=10)] == [b]
+    assert writeback.complete(conn, [job]) == {a}
 
 
 def test_an_empty_group_is_a_group_and_a_missing_one_is_none(conn):
@@ -332,7 +333,7 @@ def test_an_empty_group_is_a_group_and_a_missing_one_is_none(conn):
     first = drainer.enqueue(conn, "fifo", {}, group="")
     drainer.enqueue(conn, "fifo", {}, group="")
     free = drainer.enqueue(conn, "fifo", {})
-    assert sorted(j.id for j in queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    assert sorted(j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
                   ) == [first, free]
 
 
@@ -340,10 +341,10 @@ def test_deleting_the_starts_by_hand_gives_the_rate_its_tokens_back(conn):
     """An operator's reset of a rate: what the window counts is the table."""
     rated = Limits("rated", rate=2, per_seconds=3600.0)
     drainer.enqueue_many(conn, "rated", [{}] * 4)
-    assert len(queue.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
-    assert queue.claim(conn, [], 10, LEASE, limited=[rated], take=10) == []
+    assert len(roundtrip.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
+    assert roundtrip.claim(conn, [], 10, LEASE, limited=[rated], take=10) == []
     conn.execute("DELETE FROM drainer_starts")
-    assert len(queue.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
+    assert len(roundtrip.claim(conn, [], 10, LEASE, limited=[rated], take=10)) == 2
 
 
 def held(conn, job_id: int) -> tuple:
@@ -353,7 +354,7 @@ def held(conn, job_id: int) -> tuple:
 
 
 def claimed(conn, lim: Limits) -> list[int]:
-    return [j.id for j in queue.claim(conn, [], 10, LEASE, limited=[lim], take=10)]
+    return [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[lim], take=10)]
 
 
 def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn, db_url):
@@ -364,14 +365,14 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
     it does not know): A's let_go must not free B's place while B's handler runs."""
     j = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
-    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)  # drain A
+    [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)  # drain A
     outcome = Outcome(unstarted=[ja])  # A stops before starting it (deadline, signal)
 
     with psycopg.connect(db_url, autocommit=True) as b:
         class AnswerLost:  # run.Link, as it goes when the session drops after the commit
             def send(self, first, again=None):
                 first(conn)  # landed: J queued again, attempts 0
-                [jb] = queue.claim(b, [], 10, LEASE, limited=[FIFO], take=10)  # drain B
+                [jb] = roundtrip.claim(b, [], 10, LEASE, limited=[FIFO], take=10)  # drain B
                 assert jb.token == ja.token  # the same token: the release gave it back
                 assert drainer.cancel(b, [j]) == [j]  # B's handler is running
                 return (again or first)(conn)  # A, on its new session
@@ -379,7 +380,7 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
         settled = run._settle(AnswerLost(), outcome, None, None)
         ended = run._ended_lost(settled, outcome)  # what write_back sends
         if ended:
-            queue.let_go(conn, ended)
+            writeback.let_go(conn, ended)
     assert held(conn, j) == ("failed", 1, True), "B's place was let go"
     assert claimed(conn, FIFO) == []
 
@@ -443,16 +444,16 @@ def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(con
     (its token (J, 1)) change nothing."""
     j = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
-    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     drainer.cancel(conn, [j])
     conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (j,))  # it ended
     assert drainer.requeue(conn, ids=[j]) == [j]
-    [jb] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    [jb] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert jb.token == (j, 2)
     drainer.cancel(conn, [j])
     [(held_until,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,))
-    assert queue.hold(conn, [ja], timedelta(hours=1)) == 0
-    assert queue.let_go(conn, [ja]) == 0
+    assert writeback.hold(conn, [ja], timedelta(hours=1)) == 0
+    assert writeback.let_go(conn, [ja]) == 0
     assert conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,)).fetchone() == (
         held_until,)
     assert claimed(conn, FIFO) == []
@@ -482,7 +483,7 @@ def test_archiving_keeps_a_job_cancelled_while_running_until_its_lease_ends(conn
     drainer.cancel(conn, [a, b])
     assert (held(conn, a), held(conn, b)) == (("failed", 0, False), ("failed", 1, True))
     later = conn.execute("SELECT now() + interval '1 second'").fetchone()[0]
-    assert queue.archive(conn, timedelta(days=7), failed_older_than=timedelta(0),
+    assert admin.archive(conn, timedelta(days=7), failed_older_than=timedelta(0),
                          now=later) == 1
     assert conn.execute("SELECT id FROM jobs").fetchall() == [(b,)]
 
@@ -497,8 +498,8 @@ def test_before_migration_10_a_cancel_frees_the_place_at_once(conn):
     conn.execute("DROP INDEX jobs_held_idx")
     sql.forget(conn)
     drainer.cancel(conn, [a])
-    queue.record_limits(conn, [FIFO], [])
-    assert queue.due(conn, [], limited=[FIFO]).next_due is not None
+    admin.record_limits(conn, [FIFO], [])
+    assert admin.due(conn, [], limited=[FIFO]).next_due is not None
     assert "fifo: 1 per group; 1 ready, 0 held back" in report.format_stats(report.stats(conn))
     assert claimed(conn, FIFO) == [b]
 
@@ -547,7 +548,7 @@ def test_a_failed_row_with_a_lease_no_time_ends_holds_no_place(conn, lease):
                  f"locked_until = {lease} WHERE id = %s", (old,))
     m = drainer.enqueue(conn, "single", {})
     assert claimed(conn, SINGLE) == [m]
-    assert queue.archive(conn, timedelta(days=7), failed_older_than=timedelta(0),
+    assert admin.archive(conn, timedelta(days=7), failed_older_than=timedelta(0),
                          now=conn.execute("SELECT now() + interval '1 s'").fetchone()[0]) == 1
     again = drainer.enqueue(conn, "plain", {})
     conn.execute(f"UPDATE jobs SET status = 'failed', locked_until = {lease} WHERE id = %s",
@@ -561,7 +562,7 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
     then, not at its lease's end, as no handler ever ran it."""
     a = drainer.enqueue(conn, "fifo", {}, group="g")
     b = drainer.enqueue(conn, "fifo", {}, group="g")
-    [ja] = queue.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
+    [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert drainer.cancel(conn, [a]) == [a]
     outcome = Outcome(unstarted=[ja])
 
@@ -570,7 +571,7 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
             return first(conn)
 
     settled = run._settle(Live(), outcome, None, None)
-    assert queue.let_go(conn, run._ended_lost(settled, outcome)) == 1
+    assert writeback.let_go(conn, run._ended_lost(settled, outcome)) == 1
     assert held(conn, a) == ("failed", 1, False)
     assert claimed(conn, FIFO) == [b]
 
@@ -626,13 +627,14 @@ def test_the_heartbeat_holds_no_claim_cancelled_before_its_handler_began(conn, d
     waiting = drainer.enqueue(conn, "fifo", {}, group="g2")
     release, lease = threading.Event(), timedelta(seconds=3)
     with psycopg.connect(db_url, autocommit=True) as worker_conn:
-        jobs = queue.claim(worker_conn, [], 10, lease, limited=[FIFO], take=10)
+        jobs = roundtrip.claim(worker_conn, [], 10, lease, limited=[FIFO], take=10)
         assert [j.id for j in jobs] == [first, waiting]
         assert drainer.cancel(conn, [waiting]) == [waiting]
         [(kept,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (waiting,))
         batch = Batch(jobs, {"fifo": lambda job: release.wait(30)}, concurrency=1,
-                      lease=lease, extend=lambda js: queue.extend_claims(worker_conn, js, lease),
-                      hold=lambda js: queue.hold(worker_conn, js, lease),
+                      lease=lease,
+                      extend=lambda js: writeback.extend_claims(worker_conn, js, lease),
+                      hold=lambda js: writeback.hold(worker_conn, js, lease),
                       may_start=lambda job: True, stop=threading.Event())
         done: list[Outcome] = []
         runner = threading.Thread(target=lambda: done.append(batch.run()))

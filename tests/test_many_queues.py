@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import queue
+from drainer.storage import roundtrip
 from tests.helpers import HAND_MADE_TABLE
 
 LEASE = timedelta(minutes=5)
@@ -53,7 +53,7 @@ def locked(node: dict[str, Any]) -> int:
 def claim(conn: psycopg.Connection, queues: list[str]) -> tuple[list[int], int]:
     """The ids a claim of BATCH took, and the rows its statement locked."""
     with plans(conn) as seen:
-        jobs = queue.claim(conn, queues, BATCH, LEASE)
+        jobs = roundtrip.claim(conn, queues, BATCH, LEASE)
     return [job.id for job in jobs], sum(locked(p["Plan"]) for p in seen)
 
 
@@ -105,7 +105,7 @@ def test_a_claim_of_many_queues_is_never_compiled_by_jit(conn):
     conn.execute("SET jit = on")
     conn.execute("SET jit_above_cost = 0")
     with plans(conn) as seen:
-        assert len(queue.claim(conn, QUEUES, BATCH, LEASE)) == BATCH
+        assert len(roundtrip.claim(conn, QUEUES, BATCH, LEASE)) == BATCH
     claims = [p for p in seen if p["Query Text"].startswith("WITH next AS")]
     assert claims and [p["JIT"] for p in claims if "JIT" in p] == []
 
@@ -119,7 +119,7 @@ def test_a_claim_of_many_queues_passes_over_a_queue_other_claims_hold(conn, db_u
     free = [row[0] for row in conn.execute("SELECT id FROM jobs WHERE queue = 'free'")]
     with psycopg.connect(db_url) as other:  # a transaction, as another claim's
         other.execute("SELECT id FROM jobs WHERE queue = 'held' FOR UPDATE")
-        jobs = queue.claim(conn, ["held", "free", *QUEUES], 5, LEASE)
+        jobs = roundtrip.claim(conn, ["held", "free", *QUEUES], 5, LEASE)
     assert sorted(job.id for job in jobs) == sorted(free)
 
 
@@ -129,5 +129,5 @@ def test_a_claim_of_many_queues_takes_the_highest_priority_first(conn):
     spread(conn)
     hot = [f"hot{n}" for n in range(10)]
     urgent = {drainer.enqueue(conn, name, {}, priority=10) for name in hot}
-    taken = [job.id for job in queue.claim(conn, [*QUEUES, *hot], BATCH, LEASE)]
+    taken = [job.id for job in roundtrip.claim(conn, [*QUEUES, *hot], BATCH, LEASE)]
     assert set(taken[:10]) == urgent and len(taken) == BATCH

@@ -9,7 +9,7 @@ import psycopg
 
 import drainer
 from drainer import run, testing
-from drainer.queue import MAX_NO_TASK
+from drainer.storage.admin import MAX_NO_TASK
 from tests.helpers import count, run_cli, summary_of
 
 LINE = ("drainer: ready jobs in queues no task drains: emial, sms-typo (check the queue "

@@ -10,9 +10,11 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, model, queue, run
+from drainer import batch, clock, model, run
 from drainer.db import connect
 from drainer.run import Options, Sizer, Summary, drain
+from drainer.storage import roundtrip, writeback
+from drainer.storage.claim import Claim
 from tests.helpers import count, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -161,19 +163,19 @@ def test_a_reaped_workers_result_is_not_written(conn):
     [current] = drainer.claim(conn, ["default"], 1, LEASE)
     assert (current.id, current.attempts) == (stale.id, stale.attempts + 1)
 
-    settled = queue.settle(conn, [stale], (), (), results={stale.token: '"stale"'})
+    settled = roundtrip.settle(conn, [stale], (), (), results={stale.token: '"stale"'})
     assert (settled.done, settled.failed, settled.released) == (set(), {}, set())
-    assert queue.settle(conn, (), [(stale, "ValueError: stale")], ()).failed == {}
-    assert queue.settle(conn, (), [(stale, model.Setback("ValueError: stale", "failed"))],
+    assert roundtrip.settle(conn, (), [(stale, "ValueError: stale")], ()).failed == {}
+    assert roundtrip.settle(conn, (), [(stale, model.Setback("ValueError: stale", "failed"))],
                         ()).failed == {}
-    assert queue.extend_claims(conn, [stale], timedelta(hours=1)) == set()
-    assert queue.release(conn, [stale]) == set()
+    assert writeback.extend_claims(conn, [stale], timedelta(hours=1)) == set()
+    assert writeback.release(conn, [stale]) == set()
     assert one(conn, "SELECT status, attempts, result, last_error, "
                      "locked_until < now() + interval '10 minutes' FROM jobs") == (
         "running", current.attempts, None, "lease expired", True)
 
-    assert queue.extend_claims(conn, [current], LEASE) == {current.token}
-    settled = queue.settle(conn, [current], (), (), results={current.token: '"mine"'})
+    assert writeback.extend_claims(conn, [current], LEASE) == {current.token}
+    settled = roundtrip.settle(conn, [current], (), (), results={current.token: '"mine"'})
     assert settled.done == {current.token}
     assert one(conn, "SELECT status, result FROM jobs") == ("done", "mine")
 
@@ -256,7 +258,7 @@ def test_a_paused_worker_confirms_before_starting_and_counts_each_job_once(conn,
 
     def extend(js):
         extends.append([j.id for j in js])
-        return queue.extend_claims(conn, js, timedelta(seconds=10))
+        return writeback.extend_claims(conn, js, timedelta(seconds=10))
 
     outcome = batch.Batch(jobs, {"default": handler}, concurrency=1,
                           lease=timedelta(seconds=10), extend=extend,
@@ -316,7 +318,7 @@ def test_a_job_whose_lease_lapsed_before_its_turn_on_its_thread_never_starts(con
     monkeypatch.setattr(clock, "monotonic", monotonic)
     b = batch.Batch(jobs, {"default": handler if kind == "sync" else first},
                     concurrency=2, lease=timedelta(seconds=10),
-                    extend=lambda js: queue.extend_claims(conn, js, timedelta(seconds=10)),
+                    extend=lambda js: writeback.extend_claims(conn, js, timedelta(seconds=10)),
                     may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace())
     made.append(b)
     outcome = b.run()
@@ -384,7 +386,7 @@ def test_a_plain_handler_returning_a_coroutine_is_called_once_across_a_pause(con
 
     outcome = batch.Batch(
         jobs, {"default": handler}, concurrency=1, lease=timedelta(seconds=10),
-        extend=lambda js: queue.extend_claims(conn, js, timedelta(seconds=10)),
+        extend=lambda js: writeback.extend_claims(conn, js, timedelta(seconds=10)),
         may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace()).run()
     assert called == [job_id] and awaited == [job_id]
     assert [j.id for j in outcome.succeeded] == [job_id]
@@ -410,14 +412,14 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
         release.set()  # ... the handler ends while the heartbeat is out
         while b.running:
             clock.sleep(0.01)
-        return queue.extend_claims(conn, js, timedelta(seconds=1.2))
+        return writeback.extend_claims(conn, js, timedelta(seconds=1.2))
 
     b = batch.Batch([job], {"default": lambda j: release.wait(10)}, concurrency=1,
                     lease=timedelta(seconds=1.2), extend=extend,
                     may_start=lambda j: True, stop=threading.Event())
     outcome = b.run()
     summary = Summary()
-    run._record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
+    run._record(roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
                 outcome, summary)
     assert (summary.claimed, summary.done, summary.lost) == (1, 0, 1)
 
@@ -496,10 +498,10 @@ def test_a_handler_written_off_at_a_stop_changes_nothing_after_the_batch(conn):
 def test_a_resend_counts_what_the_lost_answer_had_written(conn):
     drainer.enqueue_many(conn, "default", [{}] * 3)
     ok, bad, taken = drainer.claim(conn, ["default"], 3, LEASE)
-    queue.settle(conn, [ok, taken], [(bad, "boom")], ())  # landed; its answer was lost
+    roundtrip.settle(conn, [ok, taken], [(bad, "boom")], ())  # landed; its answer was lost
     conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1 "
                  "WHERE id = %s", (taken.id,))  # and another worker has this one now
-    settled = queue.settle_again(conn, [ok, taken], [(bad, "boom")])
+    settled = writeback.settle_again(conn, [ok, taken], [(bad, "boom")])
     assert settled.done == {ok.token} and settled.failed[bad.token].status == "queued"
     assert list(settled.failed) == [bad.token]
 
@@ -554,14 +556,14 @@ LEASE = timedelta(minutes=5)
 
 
 def claimed_spec(conn: psycopg.Connection, limited: bool, jobs: int
-                 ) -> tuple[list[model.Job], queue.Claim]:
+                 ) -> tuple[list[model.Job], Claim]:
     """`jobs` jobs of queue q claimed, and the spec of the next claim, on a queue with a
     concurrency limit or none."""
     from drainer.storage.limits import Limits
     drainer.enqueue_many(conn, "q", [{}] * jobs)
     capped = [Limits("q", concurrency=10)] if limited else []
-    spec = queue.Claim([] if limited else ["q"], 10, LEASE, capped, 10)
-    return queue.claim(conn, spec.queues, 10, LEASE, limited=capped, take=10), spec
+    spec = Claim([] if limited else ["q"], 10, LEASE, capped, 10)
+    return roundtrip.claim(conn, spec.queues, 10, LEASE, limited=capped, take=10), spec
 
 
 def refuse_claims(conn: psycopg.Connection, when: str) -> None:
@@ -589,7 +591,7 @@ def test_a_claim_that_fails_never_takes_its_write_back_with_it(conn, limited, wh
     refuse_claims(conn, when)
     drainer.enqueue(conn, "q", {})  # ready for the claim that fails
     with pytest.raises(drainer.DrainerError, match="claims refused"):
-        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], claim_next=spec)
+        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], claim_next=spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0),
                               ("queued", 0)]
@@ -607,7 +609,7 @@ def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn,
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=interrupted,
+        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=interrupted,
                      claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
@@ -624,7 +626,7 @@ def test_a_statement_refused_before_it_is_sent_never_loses_the_write_back(conn, 
         c.execute("SELECT %s::text", ("bad\x00",))
 
     with pytest.raises(drainer.DrainerError):
-        queue.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=refused,
+        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=refused,
                      claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
@@ -653,7 +655,7 @@ def test_a_write_back_on_a_connection_outside_autocommit_is_the_callers_to_commi
     begins there: the caller's rollback undoes it, as it undoes the work the job was
     about."""
     drainer.enqueue(conn, "q", {})
-    [job] = queue.claim(conn, ["q"], 1, LEASE)
+    [job] = roundtrip.claim(conn, ["q"], 1, LEASE)
     with psycopg.connect(db_url) as caller:
         drainer.complete(caller, [job])
         caller.rollback()
@@ -668,16 +670,17 @@ def test_a_claim_refused_before_it_is_sent_never_releases_twice(conn, db_url, mo
     and the release is sent once."""
     ran, unstarted = claimed_spec(conn, False, 2)[0]
     taken: list[model.Job] = []
-    settle = queue.settle
+    settle = roundtrip.settle
 
     def settle_with_a_worker_in_between(c, *args, **kwargs):
         if kwargs.get("claim_next") is None:  # the write-back sent again
             with connect(db_url) as other:
-                taken.extend(queue.claim(other, ["q"], 10, LEASE))
+                taken.extend(roundtrip.claim(other, ["q"], 10, LEASE))
         return settle(c, *args, **kwargs)
 
-    monkeypatch.setattr(queue, "settle", settle_with_a_worker_in_between)
+    monkeypatch.setattr(roundtrip, "settle", settle_with_a_worker_in_between)
+    monkeypatch.setattr(writeback, "settle", settle_with_a_worker_in_between)
     with pytest.raises(drainer.DrainerError):
-        settle(conn, [ran], [], [unstarted], claim_next=queue.Claim(["q", "bad\x00"], 10, LEASE))
+        settle(conn, [ran], [], [unstarted], claim_next=Claim(["q", "bad\x00"], 10, LEASE))
     assert taken == []  # nothing had landed: the job was still ours
     assert statuses(conn) == [("done", 1), ("queued", 0)]

@@ -8,10 +8,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 import drainer
-from drainer import queue
 from drainer.db import connect
 from drainer.run import Options, drain
-from drainer.storage import sql
+from drainer.storage import admin, claim, sql
 from tests.helpers import HAND_MADE_TABLE, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -42,7 +41,7 @@ def test_equal_priorities_keep_run_at_order_across_queues(conn):
 
 
 def claim_plan(conn: psycopg.Connection) -> list[str]:
-    text = "EXPLAIN (COSTS OFF) " + queue.claim_sql(10, *queue.claim_kind(conn))
+    text = "EXPLAIN (COSTS OFF) " + claim.claim_sql(10, *claim.claim_kind(conn))
     return [r[0].strip() for r in conn.execute(
         text, {"queues": QUEUES, "lease": LEASE, "now": None})]
 
@@ -71,7 +70,7 @@ def test_high_priority_jobs_due_later_neither_hide_ready_work_nor_next_due(conn)
     conn.execute("ANALYZE jobs")
     [job] = drainer.claim(conn, ["mail"], 10, LEASE)
     assert job.id == ready
-    due = queue.due(conn, ["mail"])
+    due = admin.due(conn, ["mail"])
     assert due.run_at == conn.execute("SELECT run_at FROM jobs WHERE id = %s",
                                       [soon]).fetchone()[0]
 
@@ -104,7 +103,7 @@ def test_a_hand_made_table_drains_oldest_first_without_priorities(empty_db_url):
         summary = drain(conn, {q: lambda job: ran.append(job.id) for q in "ab"},
                         Options(queues=["a", "b"]))
         assert (summary.done, ran) == (3, ids)
-        assert queue.next_due(conn, ["a", "b"]) is None
+        assert admin.next_due(conn, ["a", "b"]) is None
         stats = json.loads(run_cli("stats", "--json", "--database-url", empty_db_url).stdout)
         assert stats["priorities"] is None
 
@@ -131,7 +130,7 @@ def test_a_drains_claim_keeps_one_generic_plan_that_still_walks_the_priorities(d
         plans = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
                              "WHERE statement LIKE 'WITH next AS%'").fetchall()
         assert plans == [(3, 5)]
-        text = queue.claim_sql(10, True).replace("%(queues)s", "$1").replace("%(lease)s", "$2")
+        text = claim.claim_sql(10, True).replace("%(queues)s", "$1").replace("%(lease)s", "$2")
         assert "%(" not in text
         conn.execute(f"PREPARE generic_claim(text[], interval) AS {text}")
         conn.execute("SET plan_cache_mode = force_generic_plan")

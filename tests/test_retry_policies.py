@@ -10,9 +10,10 @@ import pytest
 from freezegun import freeze_time
 
 import drainer
-from drainer import model, queue
+from drainer import model
 from drainer.retry import MAX_DELAY, MIN_SNOOZE, clamp
 from drainer.run import Options, drain
+from drainer.storage import roundtrip, writeback
 from drainer.tasks import Task
 from tests.helpers import HAND_MADE_TABLE, at, run_cli, summary_of
 
@@ -259,10 +260,10 @@ def test_a_lost_write_back_recognises_its_snoozes_and_failures(conn):
     failures = [(jobs[0], model.Setback("Snooze: later", "snooze", timedelta(seconds=5))),
                 (jobs[1], model.Setback("ValueError: no", "failed")),
                 (jobs[2], model.Setback("OSError: again", "retry", timedelta(seconds=9)))]
-    first = queue.settle(conn, (), failures, ())
+    first = roundtrip.settle(conn, (), failures, ())
     assert {i: f.status for i, f in first.failed.items()} == {
         jobs[0].token: "queued", jobs[1].token: "failed", jobs[2].token: "queued"}
-    landed = queue.settle_again(conn, (), failures)
+    landed = writeback.settle_again(conn, (), failures)
     assert {i: f.status for i, f in landed.failed.items()} == {
         i: f.status for i, f in first.failed.items()}
 
@@ -341,7 +342,7 @@ def test_a_stale_worker_writes_no_result(conn):
     drainer.enqueue(conn, "stale", {})
     [job] = drainer.claim(conn, ["stale"], 1, timedelta(minutes=5))
     drainer.cancel(conn, [job.id])
-    settled = queue.settle(conn, [job], (), (), results={job.token: '"mine"'})
+    settled = roundtrip.settle(conn, [job], (), (), results={job.token: '"mine"'})
     assert settled.done == set()
     assert row(conn, job.id)["result"] is None
 

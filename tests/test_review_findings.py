@@ -10,9 +10,10 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, queue, schedules
+from drainer import model, schedules
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
+from drainer.storage import roundtrip, writeback
 from tests.helpers import at, count, wait_until
 
 LEASE = timedelta(minutes=5)
@@ -106,7 +107,7 @@ def test_two_write_backs_taking_two_schedules_in_opposite_orders_do_not_deadlock
 
     def write_back(ran: list[model.Job], c: psycopg.Connection) -> None:
         try:
-            queue.settle(c, ran, (), (), also=lambda cc: schedules.after_run(cc, ran, now))
+            roundtrip.settle(c, ran, (), (), also=lambda cc: schedules.after_run(cc, ran, now))
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             errors.append(exc)
 
@@ -181,9 +182,9 @@ def test_a_lost_write_back_recognises_a_snooze_at_the_largest_budget(conn):
     drainer.enqueue(conn, "z", {}, max_attempts=2147483647)
     [job] = drainer.claim(conn, ["z"], 1, LEASE)
     snooze = [(job, model.Setback("Snooze: later", "snooze", timedelta(seconds=5)))]
-    first = queue.settle(conn, (), snooze, ())
+    first = roundtrip.settle(conn, (), snooze, ())
     assert first.failed[job.token].status == "queued"
-    again = queue.settle_again(conn, (), snooze)
+    again = writeback.settle_again(conn, (), snooze)
     assert again.failed.get(job.token, (None,))[0] == "queued"
 
 

@@ -13,10 +13,11 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, queue, schedules, tasks
+from drainer import clock, schedules, tasks
 from drainer.model import Job
 from drainer.run import Options, drain
 from drainer.schedules import Schedule
+from drainer.storage import roundtrip
 from tests.helpers import at, clean_env, run_cli, summary_of
 
 PARIS, NEW_YORK = ZoneInfo("Europe/Paris"), ZoneInfo("America/New_York")
@@ -348,7 +349,7 @@ def test_a_slot_run_late_in_the_repeated_hour_catches_up_the_slot_it_overran(
     [job] = drainer.claim(conn, ["half"], 1, timedelta(hours=2))
     assert job.scheduled_for.astimezone(UTC) == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
     ended = datetime(2026, 10, 25, 1, 10, tzinfo=UTC)  # the database clock as it ends
-    queue.settle(conn, [job], (), (), also=lambda c: schedules.after_run(c, [job], ended))
+    roundtrip.settle(conn, [job], (), (), also=lambda c: schedules.after_run(c, [job], ended))
     assert [row[:2] for row in slot_jobs(conn)] == [
         ("done", "2026-10-25T02:30:00+02:00"), ("queued", "2026-10-25T02:00:00+01:00"),
         ("queued", "2026-10-25T02:30:00+01:00")]

@@ -16,7 +16,7 @@ def minute(m: int) -> datetime:
 
 
 def summary(run_at: datetime | None, lease_end: datetime | None, claimed: int) -> Summary:
-    """A drain's summary as `drainer.run.drain` fills it from `queue.due`."""
+    """A drain's summary as `drainer.run.drain` fills it from `storage.admin.due`."""
     due = min((t for t in (run_at, lease_end) if t is not None), default=None)
     return Summary(claimed=claimed, next_due=None if due is None else max(due, NOW),
                    next_run_at=run_at, next_lease_end=lease_end,

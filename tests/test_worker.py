@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, queue
+from drainer import clock
+from drainer.storage import roundtrip
 from drainer.worker import work
 from tests.helpers import clean_env, count, listeners, wait_until
 
@@ -186,7 +187,7 @@ def test_an_always_on_worker_near_its_deadline_reaps_a_lease_that_expired_mid_dr
     ran: list[str] = []
     drainer.enqueue(conn, "plain", {"who": "orphan"})
     with psycopg.connect(db_url, autocommit=True) as dead:  # claims, then dies
-        [orphan] = queue.claim(dead, ["plain"], 1, timedelta(seconds=1))
+        [orphan] = roundtrip.claim(dead, ["plain"], 1, timedelta(seconds=1))
     drainer.enqueue(conn, "plain", {"who": "slow"})
 
     def plain(job):

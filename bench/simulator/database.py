@@ -11,8 +11,9 @@ from functools import cached_property
 
 import psycopg
 
-from drainer import queue, schedules
+from drainer import schedules
 from drainer.schedules import Schedule
+from drainer.storage import enqueue, roundtrip, writeback
 from drainer.storage.schema import migrate
 
 from .compute import Connection, Cursor, Session
@@ -79,10 +80,10 @@ class Database:
         lease, moment = timedelta(minutes=5), datetime(2100, 1, 1, tzinfo=UTC)
         delays = []
         with psycopg.connect(self.url) as conn, conn.transaction(force_rollback=True):
-            queue.enqueue(conn, PROBE, {}, max_attempts=100, now=moment)
+            enqueue.enqueue(conn, PROBE, {}, max_attempts=100, now=moment)
             for _ in range(12):  # past the cap
-                [job] = queue.claim(conn, [PROBE], 1, lease, now=moment)
-                queue.fail(conn, [(job, "probe")], now=moment)
+                [job] = roundtrip.claim(conn, [PROBE], 1, lease, now=moment)
+                writeback.fail(conn, [(job, "probe")], now=moment)
                 due = conn.execute("SELECT run_at FROM jobs WHERE queue = %s",
                                    (PROBE,)).fetchone()[0]
                 delays.append((due - moment).total_seconds())

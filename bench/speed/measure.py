@@ -10,8 +10,8 @@ from datetime import timedelta
 import psycopg
 
 import drainer
-from drainer import queue
 from drainer.db import connect
+from drainer.storage import roundtrip
 from drainer.storage.schema import migrate
 
 from . import pg, procs
@@ -117,7 +117,7 @@ def claim_latency(url: str, ready: int, claims: int) -> float:
     with connect(url) as conn:
         for n in range(WARM_UP + claims):
             began = time.perf_counter()
-            if len(queue.claim(conn, ["bench_noop"], 10, LEASE)) != 10:
+            if len(roundtrip.claim(conn, ["bench_noop"], 10, LEASE)) != 10:
                 raise Failed("the claim found fewer than 10 ready jobs")
             if n >= WARM_UP:  # the statement prepared and its plan settled
                 times.append(time.perf_counter() - began)

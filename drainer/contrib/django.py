@@ -39,9 +39,9 @@ import drainer
 from drainer.batch import MAX_TRACEBACK, describe
 from drainer.errors import BadInput, DrainerError, redact
 from drainer.model import Job
-from drainer.queue import check_queue
 from drainer.retry import Snooze
 from drainer.storage import sql
+from drainer.storage.enqueue import check_queue
 
 
 def _framework() -> str:
