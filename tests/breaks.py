@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERIES = "drainer/sql/queries.sql"
+# The named statements, a file per role; a break names its statement, not its file.
+QUERIES = "drainer/storage/queries"
 # Not copied: what is not the tree's own, or is big and rebuilt on demand.
 IGNORED = shutil.ignore_patterns(".git", ".venv", "venv", "__pycache__", "*.egg-info",
                                  ".drainer", ".pytest_cache", ".mypy_cache",
@@ -87,7 +88,17 @@ class Break:
 
 
 def sql(statement: str, old: str, new: str, count: int = 1) -> Edit:
-    return Edit(QUERIES, old, new, count, statement)
+    return Edit(statement_file(statement), old, new, count, statement)
+
+
+def statement_file(statement: str) -> str:
+    """The file of QUERIES that holds the named statement (its path from ROOT);
+    ValueError when none does."""
+    head = f"-- name: {statement}\n"
+    for path in sorted((ROOT / QUERIES).glob("*.sql")):
+        if not path.name.endswith(".generated.sql") and head in path.read_text():
+            return f"{QUERIES}/{path.name}"
+    raise ValueError(f"{QUERIES}: no statement {statement}")
 
 
 def unguarded(target: str) -> Edit:

@@ -92,8 +92,8 @@ def test_the_artifact_holds_the_functions_code_and_nothing_else(sam, checkout):
     files = artifact_input(code)
     assert {f.split("/")[0] for f in files} == {"drainer", "handlers", "myapp",
                                                 "requirements.txt"}
-    assert {"drainer/sql/schema.sql", "drainer/aws/lambda_handler.py", "handlers/aws_lambda.py",
-            "myapp/tasks.py"} <= files
+    assert {"drainer/storage/queries/schema.sql", "drainer/aws/lambda_handler.py",
+            "handlers/aws_lambda.py", "myapp/tasks.py"} <= files
     assert not [f for f in files if f.startswith((".drainer/", "tests/", ".venv/", "infra/"))]
     assert (code / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
 

@@ -1,4 +1,4 @@
-"""The least-privilege role of `drainer/sql/roles.sql`: a login that holds only
+"""The least-privilege role of `drainer/storage/queries/roles.sql`: a login that holds only
 `drainer_worker` runs a full drain (reap, claim, complete, fail, archive, next_due),
 enqueues and does maintenance, and can change nothing else: no DDL. `migrate`
 stays with the owner."""
@@ -18,7 +18,7 @@ from drainer.schedules import Schedule
 from tests.helpers import at, run_cli, summary_of
 
 LOGIN = "drainer_least_login"
-ROLES_SQL = files("drainer").joinpath("sql").joinpath("roles.sql").read_text()
+ROLES_SQL = files("drainer").joinpath("storage", "queries", "roles.sql").read_text()
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ def test_the_wheel_holds_every_file_of_the_package(dist):
     """Each file the checkout tracks under drainer/ (the modules, the SQL, py.typed),
     and the licence; nothing from outside the package."""
     tracked = run("git", "ls-files", "drainer", cwd=ROOT).stdout.split()
-    assert "drainer/sql/schema.sql" in tracked and "drainer/py.typed" in tracked
+    assert "drainer/storage/queries/schema.sql" in tracked and "drainer/py.typed" in tracked
     names = zipfile.ZipFile(dist / WHEEL).namelist()
     info = f"drainer-{drainer.__version__}.dist-info/"
     packaged = {n for n in names if not n.startswith(info)}

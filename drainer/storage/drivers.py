@@ -4,7 +4,7 @@ A job must commit and roll back with the caller's data, so `enqueue` speaks thro
 the caller's connection, in its transaction: psycopg 3's (sync or asyncio), psycopg
 2's, SQLAlchemy's Connection or Session (sync or asyncio: the DB-API connection
 underneath, in their transaction), Django's `django.db.connection`. Each becomes a
-`Db`, which sends drainer's named statements as `sql/queries.sql` writes them: both
+`Db`, which sends drainer's named statements as `queries/` writes them: both
 psycopgs take its `%(name)s` placeholders. None of those libraries is imported: they
 are recognised by what they have, so none is a dependency.
 

@@ -1,4 +1,4 @@
-"""`migrate`: apply the numbered migrations of `sql/schema.sql`, once, under a lock.
+"""`migrate`: apply the numbered migrations of `queries/schema.sql`, once, under a lock.
 
 A drain never migrates (many cold starts at once must not fight over DDL); it
 only finds out, from its first statement, whether the schema is there.

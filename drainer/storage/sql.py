@@ -1,8 +1,9 @@
 """The SQL gateway: every statement drainer sends goes through here, by name.
 
-All SQL lives in `sql/queries.sql` (the named statements) and `sql/schema.sql` (the
-migrations), so one place shows every statement we send; this module sends them,
-returns their rows and turns psycopg's errors into drainer's (`errors.translate`).
+All SQL lives in `queries/`: the named statements, a file per role (`claim.sql`,
+`writeback.sql`, ...), and the migrations (`schema.sql`), so one folder shows every
+statement we send; this module sends them, returns their rows and turns psycopg's
+errors into drainer's (`errors.translate`).
 It also knows, once per connection, which optional objects the schema has.
 """
 
@@ -27,8 +28,14 @@ Target = psycopg.Connection | psycopg.Cursor
 Params = dict[str, Any] | None
 
 
+_QUERIES = files("drainer").joinpath("storage").joinpath("queries")
+# Not named statements: the migrations, the roles a DBA creates, the claims written out.
+_NOT_STATEMENTS = ("schema.sql", "roles.sql")
+_GENERATED = ".generated.sql"
+
+
 def _read(name: str) -> str:
-    return files("drainer").joinpath("sql").joinpath(name).read_text(encoding="utf-8")
+    return _QUERIES.joinpath(name).read_text(encoding="utf-8")
 
 
 def _strip_comments(body: str) -> str:
@@ -37,13 +44,36 @@ def _strip_comments(body: str) -> str:
     return "\n".join(lines).strip()
 
 
-def _split(text: str, marker: re.Pattern[str]) -> dict[str, str]:
+def _sections(text: str, marker: re.Pattern[str]) -> list[tuple[str, str]]:
     parts = marker.split(text)
     # parts = [preamble, key1, body1, key2, body2, ...]
-    return {k: _strip_comments(body) for k, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return [(k, _strip_comments(body)) for k, body in zip(parts[1::2], parts[2::2], strict=True)]
 
 
-_PARTS: dict[str, str] = _split(_read("queries.sql"), _NAME)
+def _split(text: str, marker: re.Pattern[str]) -> dict[str, str]:
+    return dict(_sections(text, marker))
+
+
+def _statement_files() -> list[str]:
+    return sorted(f.name for f in _QUERIES.iterdir() if f.name.endswith(".sql")
+                  and f.name not in _NOT_STATEMENTS and not f.name.endswith(_GENERATED))
+
+
+def _load(texts: Mapping[str, str]) -> dict[str, str]:
+    """The named statements of every file (name: its text); ValueError when two
+    statements share a name, which one would silently replace."""
+    parts: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for file, text in texts.items():
+        for name, body in _sections(text, _NAME):
+            if name in parts:
+                raise ValueError(f"statement {name!r} is named twice: in {where[name]} and "
+                                 f"in {file}")
+            parts[name], where[name] = body, file
+    return parts
+
+
+_PARTS: dict[str, str] = _load({name: _read(name) for name in _statement_files()})
 
 
 def _expand(name: str, swaps: Mapping[str, str]) -> str:
@@ -110,7 +140,7 @@ def value(target: Target, name: str, params: Params = None) -> Any:
 
 
 def migration(conn: psycopg.Connection, version: int) -> None:
-    """Apply one migration of `sql/schema.sql` (several statements: never prepared)."""
+    """Apply one migration of `queries/schema.sql` (several statements: never prepared)."""
     with translated():
         conn.execute(MIGRATIONS[version], prepare=False)
 

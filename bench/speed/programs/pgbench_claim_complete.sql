@@ -1,6 +1,6 @@
 -- The database's ceiling for the drain's two statements, driven by pgbench (a C
 -- client, -M prepared): drainer's claim of :size jobs, then their batch complete in
--- drainer's form (see drainer/sql/queries.sql). \gset hands the claimed ids on.
+-- drainer's form (see drainer/storage/queries/claim.sql). \gset hands the claimed ids on.
 WITH next AS (
   SELECT id FROM jobs
   WHERE queue = 'bench_noop' AND status = 'queued' AND run_at <= now()

@@ -1,7 +1,7 @@
 -- A role that can drain and enqueue, and nothing more: what a worker's or an
 -- application's login needs on the queue's tables, no DDL. Run it as the owner of
 -- the tables, after `drainer migrate` (which keeps running as the owner), in the
--- database that holds them, e.g. `psql "$OWNER_URL" -f drainer/sql/roles.sql`; then
+-- database that holds them, e.g. `psql "$OWNER_URL" -f drainer/storage/queries/roles.sql`; then
 -- give the role to each login: `GRANT drainer_worker TO app_login;`.
 -- It is idempotent: run it again after a migration that adds a table.
 --

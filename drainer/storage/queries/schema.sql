@@ -99,7 +99,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON jobs (queue, key)
 WHERE key IS NOT NULL AND status IN ('queued', 'running');
 
 -- The claim by priority walks this index one priority at a time (see `queue_priorities`
--- in queries.sql), so each scan still stops at the first run_at in the future: jobs due
+-- in storage/queries/claim.sql), so each scan still stops at the first run_at in the future: jobs due
 -- later at a high priority cost one probe per claim, not one index entry each.
 -- jobs_ready_idx stays as it is: the classic statements (next_due here, and any
 -- older drainer or hand-written loop on the same table) keep their ordered scan.
