@@ -1,0 +1,53 @@
+"""Every claim a drain can send, as the server receives it: the text
+`queries/claims.generated.sql` holds, so that a change to any part of a claim shows
+in review as a change to the statements sent. Regenerate it with
+
+    python -m drainer.storage.claim_text > drainer/storage/queries/claims.generated.sql
+
+(tests/test_claim_text.py fails while the file differs from what this writes). The
+plain claims differ by batch size in their LIMIT only, written for a batch of BATCH.
+"""
+
+import sys
+from itertools import product
+
+from .claim import claim_sql, limited_sql
+
+BATCH = 100  # the batch size written into the plain claims' LIMIT (any size: its literal)
+REGENERATE = "python -m drainer.storage.claim_text > drainer/storage/queries/claims.generated.sql"
+
+
+def _yes(flag: bool, what: str) -> str:
+    return what if flag else f"no {what}"
+
+
+def variants() -> dict[str, str]:
+    """Each claim text drainer can send, under a name that says when it is sent."""
+    found: dict[str, str] = {}
+    for by_priority, meta, given_now, many in product((False, True), repeat=4):
+        name = ", ".join(["plain", "by priority" if by_priority else "by oldest",
+                          _yes(meta, "meta"), "given now" if given_now else "database now",
+                          "many queues" if many else "few queues"])
+        found[name] = claim_sql(BATCH, by_priority, meta, given_now, many)
+    for given_now, grouped, held in product((False, True), repeat=3):
+        name = ", ".join(["limited", "given now" if given_now else "statement time",
+                          _yes(grouped, "groups"), _yes(held, "held places")])
+        found[name] = limited_sql(given_now, grouped, held)
+    return found
+
+
+def render() -> str:
+    """The file's text: a header, then each variant under `-- variant: <name>`."""
+    head = ("-- Generated: every claim text drainer can send, exactly as sent (plain "
+            f"claims for a batch of {BATCH}).\n-- Do not edit; regenerate with\n--   "
+            f"{REGENERATE}\n")
+    return head + "".join(f"\n-- variant: {name}\n{text}\n"
+                          for name, text in variants().items())
+
+
+def main() -> None:
+    sys.stdout.write(render())
+
+
+if __name__ == "__main__":
+    main()
