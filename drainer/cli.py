@@ -547,7 +547,7 @@ def cmd_enqueue(args: argparse.Namespace) -> None:
         payload = _payload(args.payload)  # refuse bad input before connecting
         with _open(args) as conn:
             job = enqueue.enqueue_keyed(conn, args.queue, payload, key=args.key,
-                                      replace=args.replace, **when)
+                                        replace=args.replace, **when)
         if job.outcome in ("queued", "running"):
             log.info("job %d (%s) holds key %r of queue %r: nothing enqueued%s", job.id,
                      job.outcome, args.key, args.queue,

@@ -50,7 +50,7 @@ def enqueue_samples(conn: psycopg.Connection, rng: random.Random | None = None
         n = enqueue.enqueue_many(conn, "demo.email", emails, max_attempts=2)
         n += enqueue.enqueue_many(conn, "demo.thumbnail", thumbs)
         n += enqueue.enqueue_many(conn, "demo.email", [{"to": "later@example.com"}] * 5,
-                                delay=timedelta(hours=1))
+                                  delay=timedelta(hours=1))
     print(f"drainer demo: enqueued {n} sample jobs (5% of the emails bounce; "
           "5 are due in an hour)", file=sys.stderr)
     return {"demo.email": send_email, "demo.thumbnail": make_thumbnail}

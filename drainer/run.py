@@ -432,7 +432,7 @@ class _Steps:
             jobs, self.tasks, concurrency=self.options.concurrency, lease=self.options.lease,
             extend=lambda js: self.link.send(
                 lambda c: writeback.extend_claims(c, js, self.options.lease,
-                                              now=clock.database_now())),
+                                                  now=clock.database_now())),
             hold=lambda js: self.link.send(
                 lambda c: writeback.hold(c, js, self.options.lease, now=clock.database_now())),
             may_start=self.may_start, stop=self.stop, confirmed=sent,
@@ -659,11 +659,11 @@ def _settle(link: Link, outcome: Outcome, claim_next: Claim | None,
         lambda c: schedules.after_run(c, ran, db_now.now()))
     return link.send(
         lambda c: roundtrip.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
-                               results=outcome.results, claim_next=claim_next, also=also,
-                               now=clock.database_now()),
+                                   results=outcome.results, claim_next=claim_next, also=also,
+                                   now=clock.database_now()),
         lambda c: writeback.settle_again(c, outcome.succeeded, outcome.failed,
-                                     results=outcome.results, claim_next=claim_next,
-                                     also=also, now=clock.database_now()))
+                                         results=outcome.results, claim_next=claim_next,
+                                         also=also, now=clock.database_now()))
 
 
 def _record(settled: model.Settled, outcome: Outcome, summary: Summary) -> None:

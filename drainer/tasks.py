@@ -76,7 +76,7 @@ class Task:
                      **options: Any) -> int | list[int]:
         """`drainer.enqueue_many` on this task's queue, with its defaults."""
         found: int | list[int] = enqueue.enqueue_many(conn, self.queue, payloads,
-                                                    **self._defaults(options))
+                                                      **self._defaults(options))
         return found
 
     async def enqueue_async(self, conn: Connectable, payload: object, **options: Any) -> int:

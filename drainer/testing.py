@@ -289,16 +289,16 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
     plain, limited = run._split(handling, options.queues)
     size = options.batch_size or IN_TRANSACTION_BATCH
     while jobs := roundtrip.claim(conn, plain, size, options.lease, limited=limited, take=1,
-                              now=clock.database_now()):
+                                  now=clock.database_now()):
         outcome = _OnThisThread(
             jobs, handling, concurrency=1, lease=options.lease,
             extend=lambda js: writeback.extend_claims(conn, js, options.lease,
-                                                  now=clock.database_now()),
+                                                      now=clock.database_now()),
             may_start=lambda job: True, stop=threading.Event(), tracebacks=options.verbose,
             codecs=db.codecs(conn),
         ).run()
         settled = roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
-                               results=outcome.results, now=clock.database_now())
+                                   results=outcome.results, now=clock.database_now())
         run._record(settled, outcome, summary)
         ended = run._ended_lost(settled, outcome)
         if ended:  # jobs cancelled under it: their places free now (see writeback.let_go)

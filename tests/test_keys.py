@@ -71,7 +71,7 @@ def test_replace_updates_a_queued_holder_and_keeps_a_running_one(conn):
     assert drainer.enqueue(conn, "mail", {"v": 2}, key="k") == held  # no replace: kept
     assert payload_of(conn, held) == ({"v": 1}, 0, False)
     replaced = enqueue.enqueue_keyed(conn, "mail", {"v": 3}, key="k", replace=True,
-                                   priority=7, delay=60)
+                                     priority=7, delay=60)
     assert replaced == (held, "replaced") and payload_of(conn, held) == ({"v": 3}, 7, True)
     conn.execute("UPDATE jobs SET run_at = now()")
     [job] = drainer.claim(conn, ["mail"], 1, LEASE)

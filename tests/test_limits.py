@@ -220,7 +220,7 @@ def test_a_group_on_a_hand_made_table_says_to_migrate(empty_db_url):
         drainer.enqueue(conn, "capped", {})
         with pytest.raises(drainer.ConfigError, match="drainer migrate"):
             roundtrip.claim(conn, [], 10, timedelta(minutes=5),
-                        limited=[Limits("capped", concurrency=3)], take=1)
+                            limited=[Limits("capped", concurrency=3)], take=1)
 
 
 def test_queues_without_limits_keep_the_plain_claim(conn):
@@ -229,10 +229,10 @@ def test_queues_without_limits_keep_the_plain_claim(conn):
     text = claim.claim_sql(10, *claim.claim_kind(conn))
     assert "drainer_starts" not in text and "advisory" not in text
     jobs = roundtrip.claim(conn, ["plain"], 10, timedelta(minutes=5),
-                       limited=[Limits("capped", concurrency=1)], take=5)
+                           limited=[Limits("capped", concurrency=1)], take=5)
     assert sorted(j.queue for j in jobs) == ["capped", "plain"]
     assert roundtrip.claim(conn, [], 10, timedelta(minutes=5),
-                       limited=[Limits("capped", concurrency=1)], take=5) == []
+                           limited=[Limits("capped", concurrency=1)], take=5) == []
 
 
 def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
@@ -529,7 +529,7 @@ def test_a_limited_queue_drains_at_any_concurrency_the_option_takes(runs, slots)
                             drainer.Options(queues=["capped"], concurrency=slots))
     assert (summary.claimed, summary.done) == (3, 3)
     assert roundtrip.claim(runs, [], 10, timedelta(minutes=5), take=slots,
-                       limited=[Limits("capped", concurrency=3)]) == []
+                           limited=[Limits("capped", concurrency=3)]) == []
 
 
 def test_one_claim_serves_a_grouped_queue_and_a_capped_one_together(conn):
@@ -560,7 +560,7 @@ def test_a_limited_claim_that_fails_still_writes_its_batch_back(conn, db_url):
         drain.execute("SET lock_timeout = '100ms'")
         with limit_held(db_url, "capped"), pytest.raises(drainer.DrainerError):
             roundtrip.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
-                         claim_next=Claim([], 10, timedelta(minutes=5), [capped], 10))
+                             claim_next=Claim([], 10, timedelta(minutes=5), [capped], 10))
         statuses = drain.execute("SELECT status, attempts, locked_until IS NULL FROM jobs "
                                  "ORDER BY id").fetchall()
     assert statuses == [("done", 1, True), ("done", 1, True), ("queued", 1, True),
@@ -576,7 +576,7 @@ def test_a_write_back_frees_the_room_its_own_limited_claim_counts(conn):
     first = roundtrip.claim(conn, [], 10, lease, take=10, limited=capped)
     assert len(first) == 2
     settled = roundtrip.settle(conn, first, [], [],
-                           claim_next=Claim([], 10, lease, capped, 10))
+                               claim_next=Claim([], 10, lease, capped, 10))
     assert settled.done == {j.token for j in first} and len(settled.claimed) == 2
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (2,)
 
@@ -608,8 +608,8 @@ def test_ctrl_c_while_the_claim_waits_for_the_limits_lock_keeps_the_write_back(c
                 threading.Thread(target=interrupt_once_waiting, daemon=True).start()
                 with pytest.raises(KeyboardInterrupt):
                     roundtrip.settle(drain, jobs[:2], [(jobs[2], "ValueError: no")], [],
-                                 claim_next=Claim([], 10, timedelta(minutes=5), capped,
-                                                        10))
+                                     claim_next=Claim([], 10, timedelta(minutes=5), capped,
+                                                            10))
         finally:
             signal.signal(signal.SIGINT, previous)
         assert drain.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -738,7 +738,7 @@ def test_a_claim_naming_a_queue_twice_takes_each_job_once(conn):
     drainer.enqueue_many(conn, "plain", [{}] * 3)
     capped = Limits("capped", concurrency=3)
     jobs = roundtrip.claim(conn, ["plain", "plain"], 10, timedelta(minutes=5),
-                       limited=[capped, capped], take=10)
+                           limited=[capped, capped], take=10)
     ids = [j.id for j in jobs]
     assert len(ids) == len(set(ids)) == 6, ids
 
@@ -789,7 +789,7 @@ def test_a_paused_drainer_never_holds_a_limits_lock_against_every_other_drainer(
                 other.execute("SET lock_timeout = '3s'")
                 try:
                     roundtrip.claim(other, [], 10, timedelta(minutes=5),
-                                limited=[Limits("capped", concurrency=3)], take=3)
+                                    limited=[Limits("capped", concurrency=3)], take=3)
                     blocked = None
                 except drainer.DrainerError as exc:
                     blocked = str(exc)
@@ -816,7 +816,7 @@ def test_a_limited_claim_reads_big_payloads_after_its_commit_whole_and_in_order(
     payloads = [{"n": 0}, big, None, {"n": 3}, {**big, "n": 4}, {"n": 5}]
     drainer.enqueue_many(conn, "capped", payloads)
     jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5),
-                       limited=[Limits("capped", concurrency=10)], take=10)
+                           limited=[Limits("capped", concurrency=10)], take=10)
     assert [job.payload for job in jobs] == payloads
     ids = [job.id for job in jobs]
     # Read after the commit: the JSON null (None, as a payload left out), and all past
@@ -876,7 +876,7 @@ def test_jobs_whose_payload_read_failed_after_the_commit_are_given_back(conn, fa
     drainer.enqueue(conn, "capped", {"blob": "x" * 100_000}, max_attempts=1)
     with pytest.raises(drainer.DrainerError):
         roundtrip.claim(conn, [], 10, timedelta(minutes=5),
-                    limited=[Limits("capped", concurrency=3)], take=3)
+                        limited=[Limits("capped", concurrency=3)], take=3)
     assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("queued", 0)]
 
 

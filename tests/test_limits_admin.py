@@ -213,10 +213,10 @@ def test_requeue_of_an_older_failed_job_never_overlaps_nor_jumps_a_running_one(c
     assert admin.requeue(conn, ids=[a]) == [a]
     assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
     settled = roundtrip.settle(conn, [jb], [], [],
-                           claim_next=Claim([], 10, LEASE, [FIFO], 10))
+                               claim_next=Claim([], 10, LEASE, [FIFO], 10))
     assert [j.id for j in settled.claimed] == [a]
     settled = roundtrip.settle(conn, settled.claimed, [], [],
-                           claim_next=Claim([], 10, LEASE, [FIFO], 10))
+                               claim_next=Claim([], 10, LEASE, [FIFO], 10))
     assert [j.id for j in settled.claimed] == [c]
 
 

@@ -167,7 +167,7 @@ def test_a_reaped_workers_result_is_not_written(conn):
     assert (settled.done, settled.failed, settled.released) == (set(), {}, set())
     assert roundtrip.settle(conn, (), [(stale, "ValueError: stale")], ()).failed == {}
     assert roundtrip.settle(conn, (), [(stale, model.Setback("ValueError: stale", "failed"))],
-                        ()).failed == {}
+                            ()).failed == {}
     assert writeback.extend_claims(conn, [stale], timedelta(hours=1)) == set()
     assert writeback.release(conn, [stale]) == set()
     assert one(conn, "SELECT status, attempts, result, last_error, "
@@ -610,7 +610,7 @@ def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn,
 
     with pytest.raises(KeyboardInterrupt):
         roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=interrupted,
-                     claim_next=None if claims == "nothing" else spec)
+                         claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 
@@ -627,7 +627,7 @@ def test_a_statement_refused_before_it_is_sent_never_loses_the_write_back(conn, 
 
     with pytest.raises(drainer.DrainerError):
         roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=refused,
-                     claim_next=None if claims == "nothing" else spec)
+                         claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 

@@ -86,12 +86,12 @@ def test_a_refused_claim_through_pgbouncer_leaves_its_write_back_and_an_idle_ses
         for _ in range(3):
             with pytest.raises(drainer.DrainerError, match="claims refused"):
                 roundtrip.settle(pooled_conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
-                             claim_next=spec)
+                                 claim_next=spec)
         assert pooled_conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     conn.execute("DROP TRIGGER refuse_claims ON jobs")
     with connect(pooled(bouncer, db_url), prepare=False) as again:
         assert len(roundtrip.claim(again, spec.queues, 10, spec.lease, limited=spec.limited,
-                               take=10)) == 2
+                                   take=10)) == 2
     assert conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1"
                         ).fetchall() == [("done", 2), ("queued", 1), ("running", 2)]
     assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in%%'"

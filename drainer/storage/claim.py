@@ -99,7 +99,7 @@ def claim_sql(limit: int, by_priority: bool = False, meta: bool = False,
 
 
 def limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
-                   ) -> psycopg.Cursor:
+                  ) -> psycopg.Cursor:
     """The claim of `spec`'s limited queues, in a limited transaction: their locks,
     then their jobs."""
     rows = json.dumps([lim.row(spec.take) for lim in spec.limited])
@@ -107,7 +107,7 @@ def limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
     grouped = any(lim.per_group is not None for lim in spec.limited)
     sql.run(conn, "limits_lock", {"limits": rows, "now": now})
     return send_claim(conn, limited_sql(now is not None, grouped, sql.features(conn).held),
-                  {"limits": rows, "rated": rated, "take": spec.take}, spec.lease, now)
+                      {"limits": rows, "rated": rated, "take": spec.take}, spec.lease, now)
 
 
 def as_jobs(rows: Sequence[tuple[Any, ...]]) -> list[Job]:
@@ -115,7 +115,7 @@ def as_jobs(rows: Sequence[tuple[Any, ...]]) -> list[Job]:
 
 
 def send_claim(conn: psycopg.Connection, text: str, params: dict[str, object],
-           lease: timedelta, now: datetime | None = None) -> psycopg.Cursor:
+               lease: timedelta, now: datetime | None = None) -> psycopg.Cursor:
     return sql.execute(payload_cursor(conn), text, {**params, "lease": lease, "now": now})
 
 

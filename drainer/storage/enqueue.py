@@ -122,7 +122,7 @@ def check_key(key: object) -> str:
 
 
 async def require(db: drivers.Db, *, priority: bool = False, key: bool = False,
-                   meta: bool = False, limits: bool = False) -> None:
+                  meta: bool = False, limits: bool = False) -> None:
     """ConfigError, before anything is sent, when the table lacks what the call uses
     (a hand-made one); the catalog is read again first, in case `migrate` ran since."""
     def lacking(known: sql.Features) -> list[str]:

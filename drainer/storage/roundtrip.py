@@ -72,7 +72,7 @@ def _send(conn: psycopg.Connection, spec: Claim | None, now: datetime | None,
           write: Write | None = None, trip: _RoundTrip | None = None,
           ) -> tuple["psycopg.Cursor | None", list[tuple[Any, ...]]]:
     """Send `write()` (a batch's write-back) and the claims `spec` asks for in one round
-    trip that is one transaction (transaction), in which the locks of queues with
+    trip that is one transaction (`transaction`), in which the locks of queues with
     limits are taken last, after the plain claim, so as to be held the least: when
     anything fails, nothing of it landed. Nothing here reads from the server before the
     end: a read would sync the pipeline midway. The limited queues' jobs come first in
@@ -144,7 +144,7 @@ def _withheld_read(conn: psycopg.Connection, rows: list[tuple[Any, ...]],
 
 @contextmanager
 def transaction(conn: psycopg.Connection, *, no_jit: bool = False,
-                 trip: _RoundTrip | None = None) -> Iterator[None]:
+                trip: _RoundTrip | None = None) -> Iterator[None]:
     """A pipeline whose statements are one transaction of their own, read committed
     whatever the database's or role's default (a limited claim must see the jobs other
     drainers started while it waited for their locks); with `no_jit` (a limited claim,
