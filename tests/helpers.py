@@ -25,9 +25,9 @@ from freezegun import freeze_time
 
 import drainer
 from drainer import clock
-from drainer.cli import build_parser
+from drainer.commands.cli import build_parser
+from drainer.commands.work import LISTEN_NAME
 from drainer.storage.sql import MIGRATIONS
-from drainer.worker import LISTEN_NAME
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ SQL and unicode, option values out of range, malformed URLs, bad bytes on stdin.
 Each example ends in a stored job that reads back equal, or in exit code 2 with one
 line on stderr and nothing stored (never a partial bulk insert), and never shows the
 URL's password. Examples go through the library and the CLI's in-process
-`drainer.cli.main`; a handful go through real processes. The default profile runs
+`drainer.commands.cli.main`; a handful go through real processes. The default profile runs
 a few examples per test, CI's soak step 1,000 (`--hypothesis-profile=soak`).
 """
 
@@ -25,7 +25,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import drainer
-from drainer import cli
+from drainer.commands import cli
 from drainer.settings import MAX_DAYS, MAX_SECONDS, MIN_LEASE, MIN_MAX_RUNTIME, env_name
 from tests.cluster import free_port
 from tests.helpers import ROOT, count, run_cli

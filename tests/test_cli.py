@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from drainer import cli
-from drainer.cli import COMMANDS, settings_of
+from drainer.commands import cli
+from drainer.commands.cli import COMMANDS, settings_of
 from drainer.db import connect
 from drainer.errors import DatabaseUnavailable, DrainerError
 from drainer.settings import MIN_LEASE, MIN_MAX_READY_AGE, MIN_MAX_RUNTIME, MIN_POLL_INTERVAL

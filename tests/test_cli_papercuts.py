@@ -172,7 +172,7 @@ def test_help_says_drain_is_the_default_command_and_it_is(db_url):
 
 CONSOLE_SCRIPT = """\
 import sys
-from drainer.cli import main
+from drainer.commands.cli import main
 if __name__ == '__main__':
     sys.exit(main())
 """

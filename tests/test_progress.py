@@ -5,7 +5,7 @@ import logging
 
 from freezegun import freeze_time
 
-from drainer.progress import Progress
+from drainer.commands.progress import Progress
 from drainer.run import Summary
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from drainer.cli import COMMANDS
+from drainer.commands.cli import COMMANDS
 from tests.cluster import PASSWORD_ROLE, free_port
 from tests.helpers import clean_env, run_cli
 

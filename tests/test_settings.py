@@ -5,8 +5,8 @@ from datetime import timedelta
 
 import pytest
 
-from drainer import cli
 from drainer.aws.settings import Settings
+from drainer.commands import cli, common
 from drainer.errors import ConfigError
 from drainer.settings import LEASE, Drain
 
@@ -25,7 +25,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 def cli_options(*argv: str):
     args = cli.build_parser().parse_args(["drain", *argv])
     cli.resolve(args)
-    return args, cli._options(args, args.queue)
+    return args, common.options_of(args, args.queue)
 
 
 def test_the_command_line_and_the_function_read_the_same_drain_options(env):

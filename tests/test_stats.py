@@ -9,7 +9,7 @@ from datetime import timedelta
 import psycopg
 
 import drainer
-from drainer import report
+from drainer.commands import stats as stats_command
 from tests.helpers import HAND_MADE_TABLE, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -47,9 +47,9 @@ def test_a_hand_made_table_drains_and_says_the_rate_is_unknown(empty_db_url):
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute(HAND_MADE_TABLE, prepare=False)
         drain_some(conn, "default", 3)
-        data = report.stats(conn)
+        data = stats_command.stats(conn)
     assert data["done_last_hour"] is None
-    assert "unknown (run `drainer migrate`" in report.format_stats(data)
+    assert "unknown (run `drainer migrate`" in stats_command.format_stats(data)
 
 
 def test_the_depth_chart_scales_bars_by_status_per_queue():
@@ -59,7 +59,7 @@ def test_the_depth_chart_scales_bars_by_status_per_queue():
                             ("bb", "failed", 200), ("bb", "queued", 4)]]
     data = {"queues": rows, "done_last_hour": {}, "table": {
         "n_live_tup": 0, "n_dead_tup": 0, "last_autovacuum": None, "last_vacuum": None}}
-    chart = report.format_stats(data).split("queue depth")[1].splitlines()[1:5]
+    chart = stats_command.format_stats(data).split("queue depth")[1].splitlines()[1:5]
     assert chart == [
         "a   queued   400  " + "#" * 40,
         "    running   10  #",

@@ -19,8 +19,8 @@ import pytest
 
 import drainer
 from drainer import clock
+from drainer.commands.work import work
 from drainer.storage import roundtrip
-from drainer.worker import work
 from tests.helpers import clean_env, count, listeners, wait_until
 
 LISTEN_ROLE = "drainer_listener"  # not a superuser, so a connection limit applies to it
@@ -252,11 +252,11 @@ def test_an_always_on_worker_counts_what_a_drain_did_before_a_conflict(conn, db_
         return psycopg.connect(db_url, autocommit=True)
 
     watcher = StopOnRetry()
-    logging.getLogger("drainer.worker").addHandler(watcher)
+    logging.getLogger("drainer.commands.work").addHandler(watcher)
     try:
         total = work(opener, opener, {"default": handler},
                      drainer.Options(queues=["default"]), poll_interval=1, stop=stop)
     finally:
-        logging.getLogger("drainer.worker").removeHandler(watcher)
+        logging.getLogger("drainer.commands.work").removeHandler(watcher)
     assert stop.is_set()  # it did meet the conflict
     assert (total.claimed, total.done, total.failed) == (2, 1, 1)

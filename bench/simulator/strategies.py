@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 from drainer import clock, enqueue, enqueue_many, schedules
 from drainer.aws import events, schedule
 from drainer.aws.kick import Kicker
+from drainer.commands.work import MIN_WAIT, Backoff
 from drainer.model import Job
 from drainer.run import Options, drain
-from drainer.worker import MIN_WAIT, Backoff
 
 from . import aws, work
 from .compute import Compute, Connection, Session
@@ -220,7 +220,7 @@ class Poll(Strategy):
 
 @dataclass
 class Listen(Strategy):
-    """`python -m drainer work` (drainer.worker): always on, LISTEN jobs on one
+    """`python -m drainer work` (drainer.commands.work): always on, LISTEN jobs on one
     connection, drain on the other; after each drain it waits for a notification,
     the drain's next_due or the fallback poll, whichever comes first. A suspension
     drops both connections, and it reconnects at once (its first backoff step)."""

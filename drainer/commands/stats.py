@@ -1,12 +1,14 @@
 """`stats`: what is in the queue, how fast it is done, and whether vacuum keeps up."""
 
+import argparse
 from typing import TypedDict
 
 import psycopg
 
-from .failures import age, one_line
-from .storage import sql
-from .storage.limits import Fill, describe, fills
+from ..storage import sql
+from ..storage.limits import Fill, describe, fills
+from .common import emit, open_db
+from .text import age, one_line
 
 
 class QueueStatus(TypedDict):
@@ -174,3 +176,12 @@ def _top_errors(top: dict[str, list[TopError]]) -> list[str]:
                     f"job {e['latest_id']:<{ids}}  {one_line(e['error'])}")
             lines.append(text if len(text) <= ERRORS_WIDTH else text[: ERRORS_WIDTH - 1] + "…")
     return lines
+
+
+def cmd_stats(args: argparse.Namespace) -> None:
+    with open_db(args) as conn:
+        data = stats(conn)
+    if args.json:
+        emit(data)
+    else:
+        print(format_stats(data))

@@ -7,6 +7,7 @@ is per database, and `doctor`'s own session is left out. Their query text is sho
 with its string literals and comments masked.
 """
 
+import argparse
 import itertools
 import json
 import re
@@ -16,12 +17,14 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from .run import DEFAULT_LEASE
-from .settings import DEFAULT_MAX_READY_AGE
-from .storage import sql
-from .storage.admin import due
-from .storage.claim import MANY_QUEUES, claim_kind, claim_sql
-from .storage.limits import describe, fills
+from ..run import DEFAULT_LEASE
+from ..settings import DEFAULT_MAX_READY_AGE
+from ..storage import sql
+from ..storage.admin import due
+from ..storage.claim import MANY_QUEUES, claim_kind, claim_sql
+from ..storage.limits import describe, fills
+from ..tasks import select
+from .common import emit, open_db
 
 IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem
 LONG_TRANSACTION = 60.0  # seconds any transaction may stay open
@@ -386,3 +389,16 @@ def format_findings(findings: list[Finding]) -> str:
     lines.append(f"doctor: {data['problems']} problem(s), {data['notes']} note(s)"
                  if findings else "doctor: no problem found")
     return "\n".join(lines)
+
+
+def cmd_doctor(args: argparse.Namespace) -> None:
+    # With task modules, ready jobs that none of their tasks handles are a finding.
+    known = list(select(args.tasks, [])[0]) if args.tasks else None
+    with open_db(args) as conn:
+        findings = diagnose(conn, max_ready_age=args.max_ready_age, tasks=known)
+    if args.json:
+        emit(as_json(findings))
+    else:
+        print(format_findings(findings))
+    if any(f.severity == "problem" for f in findings):
+        raise SystemExit(1)

@@ -1,5 +1,7 @@
 """`drainer demo`: sample jobs on the embedded database, drained with progress."""
 
+import argparse
+import os
 import random
 import sys
 import time
@@ -7,10 +9,13 @@ from datetime import timedelta
 
 import psycopg
 
-from . import model
-from .run import Options
-from .storage import enqueue
-from .tasks import Handler, task
+from .. import config, model
+from ..run import Options
+from ..storage import enqueue
+from ..tasks import Handler, task
+from .common import emit, open_db
+from .drain import drain_with_progress
+from .stats import format_stats, stats
 
 
 class FlakyError(Exception):
@@ -50,7 +55,27 @@ def enqueue_samples(conn: psycopg.Connection, rng: random.Random | None = None
         n = enqueue.enqueue_many(conn, "demo.email", emails, max_attempts=2)
         n += enqueue.enqueue_many(conn, "demo.thumbnail", thumbs)
         n += enqueue.enqueue_many(conn, "demo.email", [{"to": "later@example.com"}] * 5,
-                                  delay=timedelta(hours=1))
+                                delay=timedelta(hours=1))
     print(f"drainer demo: enqueued {n} sample jobs (5% of the emails bounce; "
           "5 are due in an hour)", file=sys.stderr)
     return {"demo.email": send_email, "demo.thumbnail": make_thumbnail}
+
+
+def _program() -> str:
+    """How drainer was run, for a command the user can paste: `python -m drainer`
+    (sys.argv[0] is then __main__.py's path), else the console script's name."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name == "drainer.__main__":
+        return f"{os.path.basename(sys.executable) or 'python'} -m drainer"
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name if name and not name.startswith("-") and not name.endswith(".py") else "drainer"
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    db = config.resolve_database(None, force_embedded=True)
+    with open_db(args, db=db) as conn:
+        handlers = enqueue_samples(conn)
+        summary = drain_with_progress(args, handlers, OPTIONS, db=db)
+        print(format_stats(stats(conn)))
+    print(hint(_program()), file=sys.stderr)
+    emit(summary.as_json())

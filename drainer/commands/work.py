@@ -8,23 +8,28 @@ direct connection; claims and completions may go through a transaction pooler.
 Both connections reopen with backoff when they drop.
 """
 
+import argparse
 import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import cast
 
 import psycopg
 
-from . import clock, stopping
-from .errors import Conflict, DatabaseUnavailable
-from .progress import totals
-from .run import COUNTS, Options, Summary, drain
-from .settings import DEFAULT_POLL
-from .storage import sql
-from .tasks import Handler
+from .. import clock, config, stopping
+from ..errors import Conflict, DatabaseUnavailable
+from ..run import COUNTS, Options, Summary, drain
+from ..settings import DEFAULT_POLL
+from ..storage import sql
+from ..tasks import Handler
+from .common import emit, handlers_of, open_db, options_of
+from .drain import hint_failures
+from .progress import closing, totals
+from .signals import exit_code, ignore_signals, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -233,4 +238,24 @@ def work(
     return replace(total, stopped=stopped, seconds=clock.monotonic() - began)
 
 
-__all__ = ["DEFAULT_POLL", "LISTEN_NAME", "Listener", "work"]
+def cmd_work(args: argparse.Namespace) -> int | None:
+    handlers, queues = handlers_of(args)
+    db = config.resolve_database(args.database_url)
+    if args.no_prepare and not args.listen_url:
+        log.warning("--no-prepare without --listen-url: LISTEN goes through the same URL; "
+                    "behind a transaction pooler no notification arrives and only the "
+                    "fallback poll finds work")
+    listen_db = config.Database(args.listen_url) if args.listen_url else db
+    stop = stop_on_signals()
+    summary = work(partial(open_db, args, db=db),
+                   partial(open_db, args, db=listen_db, application_name=LISTEN_NAME),
+                   handlers, options_of(args, queues), poll_interval=args.poll_interval,
+                   stop=stop)
+    ignore_signals()
+    log.info("%s", closing(summary, summary.seconds))  # as a drain ends: same words
+    hint_failures(summary)
+    emit(summary.as_json())
+    return exit_code(stop)
+
+
+__all__ = ["DEFAULT_POLL", "LISTEN_NAME", "Listener", "cmd_work", "work"]

@@ -3,8 +3,8 @@
 import logging
 from typing import TextIO
 
-from . import clock
-from .run import Summary
+from .. import clock
+from ..run import Summary
 
 log = logging.getLogger(__name__)
 
