@@ -47,6 +47,14 @@ ONCE = {
     "tests/test_release.py", "tests/test_settings.py", "tests/test_wake.py",
     "tests/test_cli.py::test_help_documents_every_command_and_option_with_its_variable",
     "tests/test_cli.py::test_help_gives_the_bounds_of_durations",
+    # The embedded server's own commands, whatever server the suite runs on.
+    "tests/test_embedded_db.py",
+    "tests/test_testing_plugin.py::test_a_users_tests_on_an_embedded_server_stopped_at_the_end",
+    "tests/test_testing_plugin.py::test_without_a_server_the_session_fails_saying_why",
+    "tests/test_testing_plugin.py::test_a_bin_directory_with_no_server_is_named_with_what_to_set",
+    # The simulator's model of a day: what it concludes holds on any version, and its
+    # days cost minutes (the SQL it replays runs in both passes elsewhere).
+    "tests/test_simulate.py",
 }
 
 
