@@ -80,7 +80,7 @@ def test_no_command_and_no_error_shows_the_password(server, owned_db, tmp_path):
         run("doctor", *db, expect=(0, 1))
         run("doctor", "--json", *db, expect=(0, 1))
     if "work" in COMMANDS:
-        run("work", *db, "--tasks", "behave", "--max-runtime", "1")
+        run("work", *db, "--tasks", "behave", "--max-runtime", "3")
     # The same through the environment, and libpq's PGPASSWORD with no password in the URL.
     run("drain", "--tasks", "behave", "--verbose", env=clean_env(DATABASE_URL=good))
     run("stats", env=clean_env(DRAINER_DATABASE_URL=good))
