@@ -19,7 +19,9 @@ import psycopg
 
 from . import clock, db, hooks, queue, schedules, stopping, tracing
 from . import tasks as tasks_
-from .batch import Batch, Land, Outcome, Pace
+from .engine.batch import Batch
+from .engine.core import Pace
+from .engine.outcome import Land, Outcome
 from .errors import ConfigError, DatabaseUnavailable, DrainerError, SchemaMissing
 from .limits import Limits
 from .tasks import Handler, Task, as_task
@@ -444,7 +446,7 @@ class _Steps:
         outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
         self.sizer.observe(started, clock.monotonic() - self.mark, full=len(jobs) == size)
-        if running.failure is not None:
+        if running.core.failure is not None:
             size = 0  # write back what finished and give back what never started
         elif outcome.unstarted and not self.stop.is_set():
             size, self.summary.stopped = 0, "deadline"
@@ -459,8 +461,8 @@ class _Steps:
         except stopping.Unanswered:
             _left_unwritten(outcome)
             raise
-        if running.failure is not None:
-            raise running.failure
+        if running.core.failure is not None:
+            raise running.core.failure
         return settled.claimed, size, sent
 
     def refill(self, part: Outcome, land: Land, free: int) -> bool:
@@ -562,7 +564,7 @@ def _left_running(jobs: list[queue.Job], batch: Batch, lease: timedelta) -> None
     the lease their batch last confirmed (by this machine's clock: a rough time)."""
     if not jobs:
         return
-    ends = clock.wall() + batch.confirmed + lease.total_seconds() - clock.monotonic()
+    ends = clock.wall() + batch.core.freshness.confirmed + lease.total_seconds() - clock.monotonic()
     until = datetime.fromtimestamp(ends).astimezone().isoformat(timespec="seconds")
     log.warning("%d jobs still running are left to their lease: their handlers are "
                 "abandoned as the process exits, and the jobs go back to the queue when "

@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,9 +51,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from . import clock, db, drivers, hooks, queue, run, schedules, sql, tasks
-from .batch import Batch
+from .engine.batch import Batch
+from .engine.runners import CALLER
 from .errors import ConfigError, DrainerError, password_of, redact
-from .queue import Job
 from .run import Options, Summary
 from .schema import migrate
 from .tasks import Handler, as_task
@@ -243,24 +243,6 @@ def drain_now(conn: object, *, queues: Iterable[str] | None = None,
     return run.drain(raw, handlers, opts)
 
 
-class _OnThisThread(Batch):
-    """A batch whose one slot is the caller's thread: every handler runs there, one
-    after the other (an async one's work awaited there), before `run()` looks at the
-    clock."""
-
-    def _spawn(self) -> None:
-        self._work()
-
-    def _submit(self, job: Job, awaitable: Awaitable[Any]) -> bool:
-        try:
-            result = clock.run_async(awaitable).result()
-        except BaseException as exc:  # noqa: BLE001 - as in Batch._await
-            ended = self._raised(job, exc)
-        else:
-            ended = self._returned(job, result)
-        return self._finish(job, ended)
-
-
 def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handler],
                           options: Options) -> Summary:
     """drain_now(in_transaction=True): claim, run and settle until nothing of the queues
@@ -289,12 +271,12 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
     size = options.batch_size or IN_TRANSACTION_BATCH
     while jobs := queue.claim(conn, plain, size, options.lease, limited=limited, take=1,
                               now=clock.database_now()):
-        outcome = _OnThisThread(
+        outcome = Batch(
             jobs, handling, concurrency=1, lease=options.lease,
             extend=lambda js: queue.extend_claims(conn, js, options.lease,
                                                   now=clock.database_now()),
             may_start=lambda job: True, stop=threading.Event(), tracebacks=options.verbose,
-            codecs=db.codecs(conn),
+            codecs=db.codecs(conn), runner=CALLER,
         ).run()
         settled = queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
                                results=outcome.results, now=clock.database_now())

@@ -25,7 +25,7 @@ from . import clock
 if TYPE_CHECKING:  # at run time, queue imports this module
     from opentelemetry.trace import Span
 
-    from .batch import Outcome
+    from .engine.outcome import Outcome
     from .queue import Job, Settled, Token
 
 _trace: ModuleType | None = None  # opentelemetry.trace, once the process imported it

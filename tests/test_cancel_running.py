@@ -13,9 +13,11 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, queue, run
-from drainer.batch import CANCEL_CHECK, MAX_HEARTBEAT
+from drainer import clock, queue, run
 from drainer.db import connect
+from drainer.engine import batch
+from drainer.engine.batch import MAX_HEARTBEAT
+from drainer.engine.core import CANCEL_CHECK
 from drainer.queue import Job, Token
 from drainer.run import Summary
 from drainer.tasks import Task

@@ -11,7 +11,8 @@ import pytest
 
 import drainer
 from drainer import doctor, queue, report, run, sql, testing
-from drainer.batch import Batch, Outcome
+from drainer.engine.batch import Batch
+from drainer.engine.outcome import Outcome
 from drainer.limits import Limits
 from tests.helpers import wait_until
 from tests.test_limits import claim_waiting_for_the_lock, limit_held

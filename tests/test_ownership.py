@@ -10,8 +10,10 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, queue, run
+from drainer import clock, queue, run
 from drainer.db import connect
+from drainer.engine import batch
+from drainer.engine.core import Pace
 from drainer.run import Options, Sizer, Summary, drain
 from tests.helpers import count, run_cli
 
@@ -300,7 +302,7 @@ def test_a_job_whose_lease_lapsed_before_its_turn_on_its_thread_never_starts(con
 
     def monotonic() -> float:
         # Sync: the handler's thread pauses as it notes when the job it took began.
-        if (kind == "sync" and not theirs and made and late.token in made[0].running
+        if (kind == "sync" and not theirs and made and late.token in made[0].core.running
                 and threading.current_thread().name == "drainer-handler"):
             pause()
         return fake.monotonic()
@@ -317,7 +319,7 @@ def test_a_job_whose_lease_lapsed_before_its_turn_on_its_thread_never_starts(con
     b = batch.Batch(jobs, {"default": handler if kind == "sync" else first},
                     concurrency=2, lease=timedelta(seconds=10),
                     extend=lambda js: queue.extend_claims(conn, js, timedelta(seconds=10)),
-                    may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace())
+                    may_start=lambda job: True, stop=threading.Event(), pace=Pace())
     made.append(b)
     outcome = b.run()
     assert theirs and ran == [j.id for j in jobs[:-1]]  # the late one never started
@@ -385,7 +387,7 @@ def test_a_plain_handler_returning_a_coroutine_is_called_once_across_a_pause(con
     outcome = batch.Batch(
         jobs, {"default": handler}, concurrency=1, lease=timedelta(seconds=10),
         extend=lambda js: queue.extend_claims(conn, js, timedelta(seconds=10)),
-        may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace()).run()
+        may_start=lambda job: True, stop=threading.Event(), pace=Pace()).run()
     assert called == [job_id] and awaited == [job_id]
     assert [j.id for j in outcome.succeeded] == [job_id]
 
@@ -408,7 +410,7 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
     def extend(js):
         conn.execute("UPDATE jobs SET attempts = attempts + 1")  # taken over, and ...
         release.set()  # ... the handler ends while the heartbeat is out
-        while b.running:
+        while b.core.running:
             clock.sleep(0.01)
         return queue.extend_claims(conn, js, timedelta(seconds=1.2))
 

@@ -37,7 +37,7 @@ from django.utils.module_loading import import_string
 
 import drainer
 from drainer import sql
-from drainer.batch import MAX_TRACEBACK, describe
+from drainer.engine.outcome import MAX_TRACEBACK, describe
 from drainer.errors import BadInput, DrainerError, redact
 from drainer.queue import Job, check_queue
 from drainer.retry import Snooze
