@@ -10,7 +10,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import doctor, queue, report, run, sql, testing
+from drainer import doctor, queue, report, sql, testing
+from drainer.engine import drain as drain_
+from drainer.engine import summary as summary_
 from drainer.engine.batch import Batch
 from drainer.engine.outcome import Outcome
 from drainer.limits import Limits
@@ -376,8 +378,8 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
                 assert drainer.cancel(b, [j]) == [j]  # B's handler is running
                 return (again or first)(conn)  # A, on its new session
 
-        settled = run._settle(AnswerLost(), outcome, None, None)
-        ended = run._ended_lost(settled, outcome)  # what write_back sends
+        settled = drain_.settle(AnswerLost(), outcome, None, None)
+        ended = summary_.ended_lost(settled, outcome)  # what write_back sends
         if ended:
             queue.let_go(conn, ended)
     assert held(conn, j) == ("failed", 1, True), "B's place was let go"
@@ -569,8 +571,8 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
         def send(self, first, again=None):
             return first(conn)
 
-    settled = run._settle(Live(), outcome, None, None)
-    assert queue.let_go(conn, run._ended_lost(settled, outcome)) == 1
+    settled = drain_.settle(Live(), outcome, None, None)
+    assert queue.let_go(conn, summary_.ended_lost(settled, outcome)) == 1
     assert held(conn, a) == ("failed", 1, False)
     assert claimed(conn, FIFO) == [b]
 

@@ -13,6 +13,7 @@ import drainer
 from drainer import clock, queue, run
 from drainer.db import connect
 from drainer.engine import batch
+from drainer.engine import summary as summary_
 from drainer.engine.core import Pace
 from drainer.run import Options, Sizer, Summary, drain
 from tests.helpers import count, run_cli
@@ -419,7 +420,7 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
                     may_start=lambda j: True, stop=threading.Event())
     outcome = b.run()
     summary = Summary()
-    run._record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
+    summary_.record(queue.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
                 outcome, summary)
     assert (summary.claimed, summary.done, summary.lost) == (1, 0, 1)
 
