@@ -246,9 +246,9 @@ def drain_now(conn: object, *, queues: Iterable[str] | None = None,
 
 def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handler],
                           options: Options) -> Summary:
-    """drain_now(in_transaction=True): claim, run and settle until nothing of the queues
-    is ready, with drainer's own claim, batch and write-back, in the caller's
-    transaction."""
+    """drain_now(in_transaction=True): the drain's own loop (claim, run and settle until
+    nothing of the queues is ready) in the caller's transaction (InTransaction), its
+    handlers on the caller's thread (CALLER), without a drain's upkeep."""
     options = checked(handlers, options)
     status = conn.info.transaction_status
     if status == TransactionStatus.INERROR:
