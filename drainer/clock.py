@@ -5,7 +5,8 @@ Job times never come from here: statements pass `database_now()`, None, and the
 database clock decides leases, run_at and backoff. Functions look `time` up at call
 time so freezegun can drive them; callers look the functions up here at call time
 (`clock.sleep(...)`), so a simulation can put virtual time and threads in their
-place (bench/simulator) without a cost to the code that ships.
+place with `installed(source)` (bench/simulator) without a cost to the code that
+ships: nothing is looked up per call that was not before.
 """
 
 import asyncio
@@ -15,11 +16,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from datetime import datetime
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,46 @@ def later(seconds: float, fn: Callable[..., None], *args: object) -> threading.T
 def spawn(fn: Callable[[], None]) -> None:
     """`fn()` on a daemon thread of the handler pool."""
     _THREADS.start(fn)
+
+
+class TimeSource(Protocol):
+    """Another source of Python-side time and threads, for `installed`: each method
+    stands for this module's function of the same name. Its events and delayed calls
+    need only what drainer uses of them: an event's is_set, set, clear and wait, a
+    delayed call's cancel."""
+
+    def monotonic(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def database_now(self) -> datetime | None: ...
+
+    def event(self) -> Any: ...
+
+    def later(self, seconds: float, fn: Callable[..., None], *args: object) -> Any: ...
+
+    def spawn(self, fn: Callable[[], None]) -> None: ...
+
+
+SOURCED = ("monotonic", "wall", "sleep", "database_now", "event", "later", "spawn")
+
+
+@contextmanager
+def installed(source: TimeSource) -> Iterator[None]:
+    """Time, waits, events, delayed calls and handler threads from `source` while
+    inside (a simulation's virtual time: bench/simulator), and this module's own again
+    after. Its functions are put in place of this module's (callers look them up here
+    at call time), so the code that ships pays nothing for the seam. One at a time:
+    not for threads that install sources of their own at once."""
+    here = globals()
+    saved = {name: here[name] for name in SOURCED}
+    here.update({name: getattr(source, name) for name in SOURCED})
+    try:
+        yield
+    finally:
+        here.update(saved)
 
 
 class _Threads:

@@ -162,7 +162,7 @@ class _Calls:
             with self.lock:
                 if self.given_up:
                     return  # already logged as given up on
-            from .batch import describe
+            from .engine.outcome import describe
 
             log.warning("job %d (queue %s): its %s hook %s raised %s", call.job.id,
                         call.job.queue, call.kind, _name(call.hook), describe(exc))

@@ -56,7 +56,7 @@ class Job:
         (cancelled, or taken over after its lease ran out), or when the drain writes its
         handler off (past its task's timeout, or still running at a stop's bound): the
         handler's result changes nothing any more, so it may as well stop. Once a handler
-        has looked, its batch heartbeats at least every `batch.CANCEL_CHECK` seconds."""
+        has looked, its batch heartbeats at least every `engine.core.CANCEL_CHECK` seconds."""
         event = self._cancelled
         if event is None:
             with _CANCELLED_LOCK:

@@ -39,9 +39,9 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib.util import find_spec
 from pathlib import Path
@@ -50,14 +50,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from . import clock, db, hooks, run, schedules, tasks
-from .batch import Batch
+from . import clock, hooks, run, schedules, tasks
+from .engine.drain import Drain, checked
+from .engine.runners import CALLER
+from .engine.session import InTransaction
 from .errors import ConfigError, DrainerError, password_of, redact
-from .model import Job
 from .run import Options, Summary
-from .storage import admin, drivers, roundtrip, sql, writeback
+from .storage import drivers, sql
 from .storage.schema import migrate
-from .tasks import Handler, as_task
+from .tasks import Handler
 
 if TYPE_CHECKING:
     from .embedded import Cluster
@@ -244,32 +245,12 @@ def drain_now(conn: object, *, queues: Iterable[str] | None = None,
     return run.drain(raw, handlers, opts)
 
 
-class _OnThisThread(Batch):
-    """A batch whose one slot is the caller's thread: every handler runs there, one
-    after the other (an async one's work awaited there), before `run()` looks at the
-    clock."""
-
-    def _spawn(self) -> None:
-        self._work()
-
-    def _submit(self, job: Job, awaitable: Awaitable[Any]) -> bool:
-        try:
-            result = clock.run_async(awaitable).result()
-        except BaseException as exc:  # noqa: BLE001 - as in Batch._await
-            ended = self._raised(job, exc)
-        else:
-            ended = self._returned(job, result)
-        return self._finish(job, ended)
-
-
 def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handler],
                           options: Options) -> Summary:
-    """drain_now(in_transaction=True): claim, run and settle until nothing of the queues
-    is ready, with drainer's own claim, batch and write-back, in the caller's
-    transaction."""
-    missing = sorted(set(options.queues) - set(handlers))
-    if missing or not options.queues:
-        raise ConfigError(f"no handler for queues {missing}" if missing else "no queues to drain")
+    """drain_now(in_transaction=True): the drain's own loop (claim, run and settle until
+    nothing of the queues is ready) in the caller's transaction (InTransaction), its
+    handlers on the caller's thread (CALLER), without a drain's upkeep."""
+    options = checked(handlers, options)
     status = conn.info.transaction_status
     if status == TransactionStatus.INERROR:
         raise ConfigError("the connection's transaction has failed (a statement in it "
@@ -285,30 +266,11 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
         sql.row(conn, "db_time", {"run_at": None, "now": None, "delay": None})
     began = clock.monotonic()
     summary = Summary()
-    handling = {name: as_task(name, handler) for name, handler in handlers.items()}
-    plain, limited = run._split(handling, options.queues)
-    size = options.batch_size or IN_TRANSACTION_BATCH
-    while jobs := roundtrip.claim(conn, plain, size, options.lease, limited=limited, take=1,
-                                  now=clock.database_now()):
-        outcome = _OnThisThread(
-            jobs, handling, concurrency=1, lease=options.lease,
-            extend=lambda js: writeback.extend_claims(conn, js, options.lease,
-                                                      now=clock.database_now()),
-            may_start=lambda job: True, stop=threading.Event(), tracebacks=options.verbose,
-            codecs=db.codecs(conn),
-        ).run()
-        settled = roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted,
-                                   results=outcome.results, now=clock.database_now())
-        run._record(settled, outcome, summary)
-        ended = run._ended_lost(settled, outcome)
-        if ended:  # jobs cancelled under it: their places free now (see writeback.let_go)
-            writeback.let_go(conn, ended, now=clock.database_now())
-        run._log_failures(settled, outcome)
-    due = admin.due(conn, plain, limited=limited, now=clock.database_now(), known=list(handlers))
-    summary.next_due, summary.next_run_at, summary.next_lease_end, summary.ended_at = (
-        due.next_due, due.run_at, due.lease_end, due.now)
-    summary.no_task = due.no_task
-    run.warn_no_task(due.no_task)
+    # One slot, on this thread; a claim of IN_TRANSACTION_BATCH at most, as given.
+    options = replace(options, concurrency=1, deadline=None,
+                      batch_size=options.batch_size or IN_TRANSACTION_BATCH)
+    Drain(InTransaction(conn), CALLER, handlers, options, threading.Event(), summary,
+          upkeep=False).run()
     summary.seconds = clock.monotonic() - began
     return summary
 

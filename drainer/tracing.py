@@ -21,12 +21,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import clock
-from .model import Job, Settled, Token
 
-if TYPE_CHECKING:  # at run time, batch imports storage.enqueue, which imports this module
+if TYPE_CHECKING:  # at run time, queue imports this module
     from opentelemetry.trace import Span
 
-    from .batch import Outcome
+    from .engine.outcome import Outcome
+    from .model import Job, Settled, Token
 
 _trace: ModuleType | None = None  # opentelemetry.trace, once the process imported it
 

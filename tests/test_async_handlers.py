@@ -17,7 +17,8 @@ import pytest
 
 import drainer
 from drainer import clock
-from drainer.batch import Batch
+from drainer.engine.batch import Batch
+from drainer.engine.runners import Runner, on_event_loop, on_handler_threads
 from drainer.run import Options, drain
 from drainer.storage import roundtrip
 from drainer.tasks import Task
@@ -339,20 +340,18 @@ def test_an_async_job_written_off_before_its_task_began_never_runs(conn):
 
     first, second = (drainer.enqueue(conn, "w", {}) for _ in range(2))
     jobs = roundtrip.claim(conn, ["w"], 2, timedelta(minutes=5))
+
+    def first_written_off(slots, job, awaitable):
+        if job.id == first:  # as the heartbeat does when it finds a job lost
+            with slots.core.lock:
+                slots.core.lost.add(job.token)
+                slots.core.outcome.lost.add(job.token)
+            slots.write_off(job)
+        return on_event_loop(slots, job, awaitable)
+
     batch = Batch(jobs, {"w": handler}, concurrency=1, lease=timedelta(minutes=5),
                   extend=lambda js: {j.token for j in js}, may_start=lambda job: True,
-                  stop=threading.Event())
-    submit = batch._submit
-
-    def first_written_off(job, awaitable):
-        if job.id == first:  # as the heartbeat does when it finds a job lost
-            with batch.lock:
-                batch.lost.add(job.token)
-                batch.outcome.lost.add(job.token)
-            batch._write_off(job)
-        return submit(job, awaitable)
-
-    batch._submit = first_written_off
+                  stop=threading.Event(), runner=Runner(on_handler_threads, first_written_off))
     outcome = batch.run()
     assert ran == [second]  # the slot went on
     assert [j.id for j in outcome.succeeded] == [second]

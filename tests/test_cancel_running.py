@@ -13,9 +13,12 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, run
-from drainer.batch import CANCEL_CHECK, MAX_HEARTBEAT
+from drainer import clock
 from drainer.db import connect
+from drainer.engine import batch
+from drainer.engine import summary as summary_
+from drainer.engine.batch import MAX_HEARTBEAT
+from drainer.engine.core import CANCEL_CHECK
 from drainer.model import Job, Token
 from drainer.run import Summary
 from drainer.storage import roundtrip, writeback
@@ -208,7 +211,7 @@ def test_a_handler_that_stops_at_the_cancel_changes_nothing_in_the_table(ticks, 
                         lambda js: writeback.extend_claims(conn, js, timedelta(seconds=60)))
     assert saw == [True]
     summary = Summary()
-    run._record(roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
+    summary_.record(roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
                 outcome, summary)
     assert (summary.claimed, summary.done, summary.failed, summary.lost) == (1, 0, 0, 1)
     # Even written back as done, its result changes nothing: the write is guarded.

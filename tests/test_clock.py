@@ -1,15 +1,18 @@
 """`clock.process_start`: the process's start as the OS recorded it, on the monotonic
-scale, so `--max-runtime` also counts the interpreter's start and the imports; and
-the end of the async handlers' event loop (`clock.end_threads`)."""
+scale, so `--max-runtime` also counts the interpreter's start and the imports; the
+end of the async handlers' event loop (`clock.end_threads`); and another time source
+put in the seam's place (`clock.installed`), as the simulator does."""
 
 import asyncio
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
 from drainer import clock
+from drainer.engine.core import Freshness
 from tests.helpers import clean_env
 
 # /proc counts the start in clock ticks (10 ms) and the uptime in hundredths.
@@ -58,3 +61,50 @@ def test_ending_the_loop_cancels_its_tasks_and_ends_its_thread():
     assert future.cancelled()
     assert not thread.is_alive()
     assert clock.run_async(asyncio.sleep(0, "again")).result(5) == "again"  # a new loop
+
+
+class Source:
+    """A time source of a test's own: time moves when slept, threads are noted."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.spawned: list[object] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return 5_000.0 + self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def database_now(self) -> datetime:
+        return datetime(2030, 1, 1, tzinfo=UTC)
+
+    def event(self) -> str:
+        return "an event"
+
+    def later(self, seconds: float, fn: object, *args: object) -> tuple[float, object]:
+        return seconds, fn
+
+    def spawn(self, fn: object) -> None:
+        self.spawned.append(fn)
+
+
+def test_an_installed_time_source_drives_the_seam_and_the_seam_is_its_own_again_after():
+    real = {name: getattr(clock, name) for name in clock.SOURCED}
+    source = Source()
+    with pytest.raises(RuntimeError), clock.installed(source):
+        clock.sleep(2.5)
+        assert (clock.monotonic(), clock.wall()) == (102.5, 5_102.5)
+        assert clock.database_now() == datetime(2030, 1, 1, tzinfo=UTC)
+        assert (clock.event(), clock.later(3.0, print)) == ("an event", (3.0, print))
+        clock.spawn(print)
+        assert source.spawned == [print]
+        # Code elsewhere sees it: it looks the seam's functions up as it calls them.
+        confirmed = Freshness(lease=10.0, confirmed=None)
+        assert (confirmed.confirmed, confirmed.wall) == (102.5, 5_102.5)
+        raise RuntimeError("the block ends with an error")
+    assert {name: getattr(clock, name) for name in clock.SOURCED} == real
+    assert clock.monotonic() != 102.5

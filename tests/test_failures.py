@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 import drainer
-from drainer.batch import MAX_ERROR
+from drainer.engine.outcome import MAX_ERROR
 from drainer.storage import roundtrip, writeback
 from tests.helpers import DATABASE_OPTIONS, HAND_MADE_TABLE, clean_env, offered, run_cli
 
@@ -98,7 +98,7 @@ def test_verbose_adds_the_handlers_traceback_which_is_never_stored(conn, db_url)
         after = result.stderr.split(line_of(result.stderr, job), 1)[1]
         assert after.lstrip("\n").startswith("  Traceback (most recent call last):"), command
         assert "in _deliver" in after and "raise RuntimeError(message)" in after
-        assert "drainer/batch.py" not in after  # the handler's frames, not ours
+        assert "drainer/engine/" not in after  # the handler's frames, not ours
         assert "  RuntimeError: boom" in after
     assert conn.execute("SELECT last_error FROM jobs WHERE id = %s", (job,)
                         ).fetchone()[0] == "RuntimeError: boom"

@@ -646,12 +646,13 @@ def test_a_refills_limited_claim_takes_no_more_than_the_deadline_leaves_time_for
     unstarted does not return its rate's token."""
     from types import SimpleNamespace
 
-    from drainer.run import Options, _Steps
+    from drainer.engine.drain import Drain
+    from drainer.run import Options
     steps = SimpleNamespace(plain=[], limited=[Limits("rated", rate=10, per_seconds=60.0)],
                             options=Options(queues=["rated"], concurrency=50))
-    assert _Steps.claim(steps, 2, 10).take == 2  # type: ignore[arg-type]
-    assert _Steps.claim(steps, 500, 10).take == 10  # type: ignore[arg-type]
-    assert _Steps.claim(steps, 500).take == 50  # type: ignore[arg-type]
+    assert Drain.claim(steps, 2, 10).take == 2  # type: ignore[arg-type]
+    assert Drain.claim(steps, 500, 10).take == 10  # type: ignore[arg-type]
+    assert Drain.claim(steps, 500).take == 50  # type: ignore[arg-type]
 
 
 def test_a_limited_batch_is_still_refilled_when_its_refills_jobs_start_at_once(conn, declared):

@@ -10,12 +10,14 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import model, run, testing
-from drainer.batch import Batch, Outcome
+from drainer import model, testing
 from drainer.commands import doctor
 from drainer.commands import stats as stats_command
-from drainer.storage import admin, roundtrip, sql, writeback
-from drainer.storage.claim import Claim
+from drainer.engine import drain as drain_
+from drainer.engine import summary as summary_
+from drainer.engine.batch import Batch
+from drainer.engine.outcome import Outcome
+from drainer.storage import admin, claim, roundtrip, sql, writeback
 from drainer.storage.limits import Limits
 from tests.helpers import wait_until
 from tests.test_limits import claim_waiting_for_the_lock, limit_held
@@ -215,10 +217,10 @@ def test_requeue_of_an_older_failed_job_never_overlaps_nor_jumps_a_running_one(c
     assert admin.requeue(conn, ids=[a]) == [a]
     assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
     settled = roundtrip.settle(conn, [jb], [], [],
-                               claim_next=Claim([], 10, LEASE, [FIFO], 10))
+                           claim_next=claim.Claim([], 10, LEASE, [FIFO], 10))
     assert [j.id for j in settled.claimed] == [a]
     settled = roundtrip.settle(conn, settled.claimed, [], [],
-                               claim_next=Claim([], 10, LEASE, [FIFO], 10))
+                           claim_next=claim.Claim([], 10, LEASE, [FIFO], 10))
     assert [j.id for j in settled.claimed] == [c]
 
 
@@ -379,8 +381,8 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
                 assert drainer.cancel(b, [j]) == [j]  # B's handler is running
                 return (again or first)(conn)  # A, on its new session
 
-        settled = run._settle(AnswerLost(), outcome, None, None)
-        ended = run._ended_lost(settled, outcome)  # what write_back sends
+        settled = drain_.settle(AnswerLost(), outcome, None, None)
+        ended = summary_.ended_lost(settled, outcome)  # what write_back sends
         if ended:
             writeback.let_go(conn, ended)
     assert held(conn, j) == ("failed", 1, True), "B's place was let go"
@@ -573,8 +575,8 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
         def send(self, first, again=None):
             return first(conn)
 
-    settled = run._settle(Live(), outcome, None, None)
-    assert writeback.let_go(conn, run._ended_lost(settled, outcome)) == 1
+    settled = drain_.settle(Live(), outcome, None, None)
+    assert writeback.let_go(conn, summary_.ended_lost(settled, outcome)) == 1
     assert held(conn, a) == ("failed", 1, False)
     assert claimed(conn, FIFO) == [b]
 

@@ -10,11 +10,13 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import batch, clock, model, run
+from drainer import clock, model, run
 from drainer.db import connect
+from drainer.engine import batch
+from drainer.engine import summary as summary_
+from drainer.engine.core import Pace
 from drainer.run import Options, Sizer, Summary, drain
-from drainer.storage import roundtrip, writeback
-from drainer.storage.claim import Claim
+from drainer.storage import claim, roundtrip, writeback
 from tests.helpers import count, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -167,7 +169,7 @@ def test_a_reaped_workers_result_is_not_written(conn):
     assert (settled.done, settled.failed, settled.released) == (set(), {}, set())
     assert roundtrip.settle(conn, (), [(stale, "ValueError: stale")], ()).failed == {}
     assert roundtrip.settle(conn, (), [(stale, model.Setback("ValueError: stale", "failed"))],
-                            ()).failed == {}
+                        ()).failed == {}
     assert writeback.extend_claims(conn, [stale], timedelta(hours=1)) == set()
     assert writeback.release(conn, [stale]) == set()
     assert one(conn, "SELECT status, attempts, result, last_error, "
@@ -302,7 +304,7 @@ def test_a_job_whose_lease_lapsed_before_its_turn_on_its_thread_never_starts(con
 
     def monotonic() -> float:
         # Sync: the handler's thread pauses as it notes when the job it took began.
-        if (kind == "sync" and not theirs and made and late.token in made[0].running
+        if (kind == "sync" and not theirs and made and late.token in made[0].core.running
                 and threading.current_thread().name == "drainer-handler"):
             pause()
         return fake.monotonic()
@@ -319,7 +321,7 @@ def test_a_job_whose_lease_lapsed_before_its_turn_on_its_thread_never_starts(con
     b = batch.Batch(jobs, {"default": handler if kind == "sync" else first},
                     concurrency=2, lease=timedelta(seconds=10),
                     extend=lambda js: writeback.extend_claims(conn, js, timedelta(seconds=10)),
-                    may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace())
+                    may_start=lambda job: True, stop=threading.Event(), pace=Pace())
     made.append(b)
     outcome = b.run()
     assert theirs and ran == [j.id for j in jobs[:-1]]  # the late one never started
@@ -387,7 +389,7 @@ def test_a_plain_handler_returning_a_coroutine_is_called_once_across_a_pause(con
     outcome = batch.Batch(
         jobs, {"default": handler}, concurrency=1, lease=timedelta(seconds=10),
         extend=lambda js: writeback.extend_claims(conn, js, timedelta(seconds=10)),
-        may_start=lambda job: True, stop=threading.Event(), pace=batch.Pace()).run()
+        may_start=lambda job: True, stop=threading.Event(), pace=Pace()).run()
     assert called == [job_id] and awaited == [job_id]
     assert [j.id for j in outcome.succeeded] == [job_id]
 
@@ -410,7 +412,7 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
     def extend(js):
         conn.execute("UPDATE jobs SET attempts = attempts + 1")  # taken over, and ...
         release.set()  # ... the handler ends while the heartbeat is out
-        while b.running:
+        while b.core.running:
             clock.sleep(0.01)
         return writeback.extend_claims(conn, js, timedelta(seconds=1.2))
 
@@ -419,7 +421,7 @@ def test_a_job_that_ends_while_the_heartbeat_is_out_is_counted_once(conn):
                     may_start=lambda j: True, stop=threading.Event())
     outcome = b.run()
     summary = Summary()
-    run._record(roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
+    summary_.record(roundtrip.settle(conn, outcome.succeeded, outcome.failed, outcome.unstarted),
                 outcome, summary)
     assert (summary.claimed, summary.done, summary.lost) == (1, 0, 1)
 
@@ -556,13 +558,13 @@ LEASE = timedelta(minutes=5)
 
 
 def claimed_spec(conn: psycopg.Connection, limited: bool, jobs: int
-                 ) -> tuple[list[model.Job], Claim]:
+                 ) -> tuple[list[model.Job], claim.Claim]:
     """`jobs` jobs of queue q claimed, and the spec of the next claim, on a queue with a
     concurrency limit or none."""
     from drainer.storage.limits import Limits
     drainer.enqueue_many(conn, "q", [{}] * jobs)
     capped = [Limits("q", concurrency=10)] if limited else []
-    spec = Claim([] if limited else ["q"], 10, LEASE, capped, 10)
+    spec = claim.Claim([] if limited else ["q"], 10, LEASE, capped, 10)
     return roundtrip.claim(conn, spec.queues, 10, LEASE, limited=capped, take=10), spec
 
 
@@ -610,7 +612,7 @@ def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn,
 
     with pytest.raises(KeyboardInterrupt):
         roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=interrupted,
-                         claim_next=None if claims == "nothing" else spec)
+                     claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 
@@ -627,7 +629,7 @@ def test_a_statement_refused_before_it_is_sent_never_loses_the_write_back(conn, 
 
     with pytest.raises(drainer.DrainerError):
         roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=refused,
-                         claim_next=None if claims == "nothing" else spec)
+                     claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 
@@ -681,6 +683,6 @@ def test_a_claim_refused_before_it_is_sent_never_releases_twice(conn, db_url, mo
     monkeypatch.setattr(roundtrip, "settle", settle_with_a_worker_in_between)
     monkeypatch.setattr(writeback, "settle", settle_with_a_worker_in_between)
     with pytest.raises(drainer.DrainerError):
-        settle(conn, [ran], [], [unstarted], claim_next=Claim(["q", "bad\x00"], 10, LEASE))
+        settle(conn, [ran], [], [unstarted], claim_next=claim.Claim(["q", "bad\x00"], 10, LEASE))
     assert taken == []  # nothing had landed: the job was still ours
     assert statuses(conn) == [("done", 1), ("queued", 0)]

@@ -13,7 +13,9 @@ import pytest
 
 import drainer
 from drainer import clock
-from drainer.batch import Batch, Land, Outcome
+from drainer.engine.batch import Batch
+from drainer.engine.core import Core
+from drainer.engine.outcome import Land, Outcome
 from drainer.model import Job
 from drainer.run import Options, Summary, drain
 from tests.helpers import wait_until
@@ -247,13 +249,13 @@ def test_a_refill_landing_as_the_last_slot_leaves_still_runs(conn, monkeypatch):
     landing in between must still have its jobs run (the batch's thread opens slots
     for them), not end the batch with them unstarted. The sleep widens the window a
     thread switch can open."""
-    leave = Batch._leave
+    leave = Core.leave
 
-    def slow_leave(self: Batch) -> None:
+    def slow_leave(self: Core) -> None:
         time.sleep(0.05)
         leave(self)
 
-    monkeypatch.setattr(Batch, "_leave", slow_leave)
+    monkeypatch.setattr(Core, "leave", slow_leave)
     drainer.enqueue_many(conn, "default", [{}] * 200)
     s = drain(conn, {"default": lambda job: None},
               Options(queues=["default"], batch_size=10, concurrency=1))

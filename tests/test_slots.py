@@ -12,7 +12,9 @@ from freezegun import freeze_time
 
 import drainer
 from drainer import clock
-from drainer.batch import Batch, Pace
+from drainer.engine.batch import Batch
+from drainer.engine.core import Pace
+from drainer.engine.slots import Slots
 from drainer.model import Job
 from drainer.run import Options, drain
 
@@ -127,7 +129,7 @@ def test_a_slow_heartbeat_round_trip_does_not_hold_back_jobs_waiting_behind_a_lo
     spawn = clock.spawn
 
     def held_back(fn) -> None:  # a handler slot's thread starts once the heartbeat is out
-        if getattr(fn, "__func__", None) is Batch._work:
+        if getattr(fn, "__func__", None) is Slots.work:
             spawn(lambda: (in_heartbeat.wait(10), fn()))
         else:
             spawn(fn)

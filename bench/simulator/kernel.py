@@ -2,10 +2,10 @@
 
 The drain, its batches' handler threads, the function's run and the kick
 coalescer are drainer's own code on real threads; every wait they make goes
-through `drainer.clock`, whose functions `installed()` points here. One simulated
-thread runs at a time (the others wait for their turn on a semaphore); when every
-one waits on virtual time, the clock jumps to the earliest wake-up, so a day
-replays in seconds. Statements take no virtual time: nothing of drainer's holds a
+through `drainer.clock`, which `installed()` points here (`clock.installed`).
+One simulated thread runs at a time (the others wait for their turn on a
+semaphore); when every one waits on virtual time, the clock jumps to the earliest
+wake-up, so a day replays in seconds. Statements take no virtual time: nothing of drainer's holds a
 lock across a wait on the clock, so a thread never blocks on a real lock held by
 one that waits for its turn.
 """
@@ -191,18 +191,24 @@ class Kernel:
             failure, self.failure = self.failure, None
             raise failure
 
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.start.timestamp() + self.now
+
+    def event(self) -> Event:
+        return Event(self)
+
     def installed(self) -> AbstractContextManager[None]:
         """`drainer.clock` on this kernel while inside."""
-        return replaced(clock, monotonic=lambda: self.now,
-                        wall=lambda: self.start.timestamp() + self.now,
-                        sleep=self.sleep, database_now=self.database_now,
-                        event=lambda: Event(self), later=self.later, spawn=self.spawn)
+        return clock.installed(self)
 
 
 @contextmanager
 def replaced(module: ModuleType, **names: object) -> Iterator[None]:
     """The module's attributes `names` replaced while inside: what drainer looks up
-    at call time (the clock seam, the AWS clients, the function's connect)."""
+    at call time (the AWS clients, the function's connect)."""
     saved = {name: getattr(module, name) for name in names}
     for name, value in names.items():
         setattr(module, name, value)

@@ -36,7 +36,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 import drainer
-from drainer.batch import MAX_TRACEBACK, describe
+from drainer.engine.outcome import MAX_TRACEBACK, describe
 from drainer.errors import BadInput, DrainerError, redact
 from drainer.model import Job
 from drainer.retry import Snooze

@@ -293,7 +293,7 @@ def test_a_run_that_dies_mid_job_leaves_its_wake_up_which_reaps_the_job(function
         raise SystemExit("killed")  # as if the function's sandbox vanished mid-job
 
     with monkeypatch.context() as dying, pytest.raises(SystemExit):
-        dying.setattr("drainer.run.Batch.run", die)
+        dying.setattr("drainer.engine.batch.Batch.run", die)
         handler({"source": "drainer.enqueue", "queue": "aws"}, FakeContext(60))
     [switch] = schedule_names()
     assert switch.startswith(schedule.LEASE)  # the backstop is not needed to find the job
