@@ -11,7 +11,6 @@ from .errors import ConfigError
 
 CLOUD_MARKERS = ("AWS_LAMBDA_FUNCTION_NAME", "K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET")
 LIBPQ_MARKERS = ("PGHOST", "PGSERVICE", "PGDATABASE")
-EMBEDDED_DIR = ".drainer"
 
 
 def in_cloud_function() -> bool:
@@ -55,6 +54,6 @@ def _start_embedded() -> str:
     from . import embedded
 
     embedded.library()  # no note on stderr when the extra is missing
-    print(f"drainer: no database URL given; using the embedded PostgreSQL in ./{EMBEDDED_DIR}/",
-          file=sys.stderr)
+    print("drainer: no database URL given; using the embedded PostgreSQL in "
+          f"./{embedded.EMBEDDED_DIR}/", file=sys.stderr)
     return embedded.use()

@@ -37,8 +37,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from .config import EMBEDDED_DIR
 from .errors import ConfigError, DrainerError
+
+EMBEDDED_DIR = ".drainer"  # the working directory's folder for the server and its data
 
 log = logging.getLogger("drainer")
 

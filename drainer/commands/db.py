@@ -8,6 +8,7 @@ import shlex
 import psycopg
 
 from .. import config
+from ..embedded import EMBEDDED_DIR
 from .common import log, open_db
 
 
@@ -41,7 +42,7 @@ def _db_kept(args: argparse.Namespace) -> str:
     url, was_running = _db_up(args)
     if not was_running:
         log.info("started the embedded PostgreSQL in ./%s/; it keeps running until "
-                 "`drainer db stop`", config.EMBEDDED_DIR)
+                 "`drainer db stop`", EMBEDDED_DIR)
     return url
 
 
@@ -56,7 +57,7 @@ def cmd_db_env(args: argparse.Namespace) -> None:
 def cmd_db_start(args: argparse.Namespace) -> None:
     url, was_running = _db_up(args)
     log.info("the embedded PostgreSQL in ./%s/ %s; `drainer db stop` stops it",
-             config.EMBEDDED_DIR, "was already running" if was_running else "is started")
+             EMBEDDED_DIR, "was already running" if was_running else "is started")
     print(_exports(url), flush=True)
 
 
@@ -67,9 +68,9 @@ def cmd_db_stop(_args: argparse.Namespace) -> None:
     busy = embedded.in_use()
     if not embedded.stop():
         log.info("the embedded PostgreSQL in ./%s/ is not running; nothing to stop",
-                 config.EMBEDDED_DIR)
+                 EMBEDDED_DIR)
         return
-    log.info("stopped the embedded PostgreSQL in ./%s/%s", config.EMBEDDED_DIR,
+    log.info("stopped the embedded PostgreSQL in ./%s/%s", EMBEDDED_DIR,
              "; the drainer commands using it were disconnected" if busy else "")
 
 
@@ -90,6 +91,6 @@ def _elsewhere(url: str | None) -> bool:
 def cmd_db(args: argparse.Namespace) -> None:
     if _elsewhere(config.database_url(None)):  # the user may expect `db` to follow it
         log.info("note: `db` acts on the embedded PostgreSQL in ./%s/, not on the database "
-                 "DATABASE_URL (or DRAINER_DATABASE_URL, PG*) names", config.EMBEDDED_DIR)
+                 "DATABASE_URL (or DRAINER_DATABASE_URL, PG*) names", EMBEDDED_DIR)
     {"url": cmd_db_url, "env": cmd_db_env, "start": cmd_db_start,
      "stop": cmd_db_stop}[args.action](args)
