@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from . import clock
-from .errors import ConfigError
+from .errors import ConfigError, describe
 from .model import Job, Setback, Settled
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,6 @@ class _Calls:
             with self.lock:
                 if self.given_up:
                     return  # already logged as given up on
-            from .engine.outcome import describe
 
             log.warning("job %d (queue %s): its %s hook %s raised %s", call.job.id,
                         call.job.queue, call.kind, _name(call.hook), describe(exc))

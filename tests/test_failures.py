@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 import drainer
-from drainer.engine.outcome import MAX_ERROR
+from drainer.errors import MAX_ERROR
 from drainer.storage import roundtrip, writeback
 from tests.helpers import DATABASE_OPTIONS, HAND_MADE_TABLE, clean_env, offered, run_cli
 

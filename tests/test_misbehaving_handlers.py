@@ -11,7 +11,7 @@ import pytest
 
 import drainer
 import drainer.testing
-from drainer.engine.outcome import MAX_ERROR, describe
+from drainer.errors import MAX_ERROR, describe
 from drainer.run import Options, drain
 from drainer.tasks import Task, registered, task
 from tests.helpers import count, drainer_process, run_cli, summary_of, wait_until

@@ -36,8 +36,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 import drainer
-from drainer.engine.outcome import MAX_TRACEBACK, describe
-from drainer.errors import BadInput, DrainerError, redact
+from drainer.errors import MAX_TRACEBACK, BadInput, DrainerError, describe, redact
 from drainer.model import Job
 from drainer.retry import Snooze
 from drainer.storage import sql

@@ -7,9 +7,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from .. import clock
+from ..errors import describe, trace
 from ..model import Job, Setback, Undecodable
 from ..tasks import Task
-from .outcome import RETURNED, Ended, describe, kept, trace, unawaited
+from .outcome import RETURNED, Ended, kept, unawaited
 
 
 class Calls:

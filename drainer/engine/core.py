@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import clock
+from ..errors import describe
 from ..model import Job, Token
 from ..tasks import Task
-from .outcome import Ended, Outcome, Refill, describe
+from .outcome import Ended, Outcome, Refill
 
 # While a running job's handler has looked at `job.cancelled`, heartbeats come at least
 # this often (seconds): the heartbeat is what finds a job cancelled or taken over, and a

@@ -1,26 +1,15 @@
-"""What became of a handler's run and of a batch, and how a failure is told:
-`describe` (the one bounded line kept as last_error) and `trace` (--verbose).
-
-Low in the stack on purpose: hooks and tracing import it without the batch.
-"""
+"""What became of a handler's run and of a batch: how each handler ended, what the
+batch's write-back must say, and a kept result checked before it is sent."""
 
 import inspect
-import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .. import db
-from ..errors import DrainerError, redact
+from ..errors import DrainerError
 from ..model import Job, Setback, Token
 from ..storage.enqueue import encode_payload
-
-MAX_ERROR = 2000  # characters of last_error kept per failure
-MAX_TRACEBACK = 20_000  # characters of a traceback shown by --verbose
-
-
-def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
 
 
 def close_unrun(awaitable: Awaitable[Any]) -> None:
@@ -56,43 +45,6 @@ def kept(result: object, codecs: Sequence[str] = ()) -> str | Setback:
 def _unkept(kind: str, why: str) -> Setback:
     return Setback(f"{kind}: the return value cannot be kept as the job's result "
                    f"(keep_result=True): {why}", "failed")
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message`, bounded, storable in a text column (no NUL, valid UTF-8) and
-    with URL passwords masked.
-
-    It never raises: a handler's exception may have a `__str__` that fails, or a
-    message with lone surrogates, and either would otherwise kill the handler thread
-    or the statement that records the failure.
-    """
-    try:
-        message = str(exc)
-    except BaseException:  # noqa: BLE001 - whatever a broken __str__ raises
-        message = "<the exception's message could not be read>"
-    # Cut first (messages may be huge), with room left so a URL at the cut is still
-    # seen whole by redact (a connection string in a handler's error, say).
-    text = f"{type(exc).__name__}: {message}"[: 2 * MAX_ERROR]
-    text = text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode()
-    return _bounded(redact(text))
-
-
-def trace(exc: BaseException) -> str:
-    """The exception's traceback, for `--verbose` logs only: last_error keeps to
-    `describe`'s one bounded line, so the table never holds frames or source lines.
-    Printable, URL passwords masked and bounded as `describe` does; cut at its end,
-    where a huge message would be, so the frames survive. The first frame, the one
-    that caught it (drainer's own), is left out when the handler's frames follow."""
-    frames = exc.__traceback__
-    if frames is not None and frames.tb_next is not None:
-        frames = frames.tb_next
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, frames)).rstrip()
-    except BaseException:  # noqa: BLE001 - never lose the failure for its traceback
-        return describe(exc)
-    text = text[: MAX_TRACEBACK + MAX_ERROR].replace("\x00", "\\0")
-    text = redact(text.encode("utf-8", "backslashreplace").decode())
-    return text if len(text) <= MAX_TRACEBACK else text[: MAX_TRACEBACK - 1] + "…"
 
 
 class Ended(NamedTuple):
