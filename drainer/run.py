@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 import psycopg
 
-from . import clock, tracing
+from . import clock
 from .engine.drain import (
     DEFAULT_ARCHIVE_AFTER,
     DEFAULT_ARCHIVE_FAILED_AFTER,
@@ -21,6 +21,7 @@ from .engine.drain import (
 from .engine.runners import THREADS
 from .engine.session import Link, Reopen
 from .engine.sizer import MAX_INT, Sizer
+from .engine.spans import DrainTrace
 from .engine.summary import COUNTS, Summary, warn_no_task
 from .errors import ConfigError, DrainerError, SchemaMissing
 from .tasks import Handler
@@ -69,7 +70,7 @@ def drain(
     summary = Summary()
     stop = stop or threading.Event()
     link = Link(conn, reopen, stop)
-    traced = tracing.DrainTrace.start(options.queues)
+    traced = DrainTrace.start(options.queues)
     failed: BaseException | None = None
     try:
         Drain(link, THREADS, handlers, options, stop, summary, traced=traced).run(

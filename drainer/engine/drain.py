@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from .. import clock, db, hooks, model, schedules, stopping, tracing
+from .. import clock, db, hooks, model, schedules, stopping
 from .. import tasks as tasks_
 from ..errors import ConfigError
 from ..storage import admin, roundtrip, writeback
@@ -32,6 +32,7 @@ from .outcome import Land, Outcome
 from .runners import Runner
 from .session import Session
 from .sizer import Sizer
+from .spans import DrainTrace
 from .summary import (
     Summary,
     ended_lost,
@@ -82,7 +83,7 @@ class Drain:
 
     def __init__(self, session: Session, runner: Runner, handlers: Mapping[str, Handler],
                  options: Options, stop: threading.Event, summary: Summary, *,
-                 upkeep: bool = True, traced: tracing.DrainTrace | None = None) -> None:
+                 upkeep: bool = True, traced: DrainTrace | None = None) -> None:
         self.session, self.runner, self.handlers = session, runner, handlers
         self.options, self.stop, self.summary, self.upkeep = options, stop, summary, upkeep
         self.tasks = {name: as_task(name, handler) for name, handler in handlers.items()}
