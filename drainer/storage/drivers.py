@@ -4,8 +4,9 @@ A job must commit and roll back with the caller's data, so `enqueue` speaks thro
 the caller's connection, in its transaction: psycopg 3's (sync or asyncio), psycopg
 2's, SQLAlchemy's Connection or Session (sync or asyncio: the DB-API connection
 underneath, in their transaction), Django's `django.db.connection`. Each becomes a
-`Db`, which sends drainer's named statements as `queries/` writes them: both
-psycopgs take its `%(name)s` placeholders. None of those libraries is imported: they
+`Db`, which sends drainer's named statements as `queries/` writes them, through the
+gateway (`sql`) and the driver's adapter (`adapters`): both psycopgs take its
+`%(name)s` placeholders. None of those libraries is imported: they
 are recognised by what they have, so none is a dependency.
 
 The enqueue logic is written once, as coroutines awaiting a `Db`. An asyncio
@@ -13,31 +14,26 @@ connection's `Db` suspends; a sync one blocks instead and never suspends, so
 `blocking` runs the same coroutine to its end in one step.
 """
 
-import weakref
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
-    closing,
     contextmanager,
     nullcontext,
     suppress,
 )
-from dataclasses import fields
 from importlib import import_module
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
 
-from ..errors import CONFLICTS, ConfigError, DrainerError, translate, translated, unencodable
-from . import sql
+from ..errors import ConfigError, DrainerError
+from . import adapters, sql
+from .adapters import Row
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
 
 # What enqueue takes: a psycopg 3 Connection or Cursor, a psycopg 2 connection or
 # cursor, a SQLAlchemy Connection or Session, Django's connection; the async functions
@@ -49,10 +45,6 @@ SYNC_KINDS = ("a psycopg 3 or psycopg 2 connection or cursor, a SQLAlchemy Conne
               "Session, or Django's django.db.connection")
 ASYNC_KINDS = ("a psycopg 3 AsyncConnection, or a SQLAlchemy AsyncConnection or AsyncSession "
                "on postgresql+psycopg")
-# PEP 249's exception classes, which psycopg 3 has under the same names.
-_DBAPI_ERRORS = ("IntegrityError", "DataError", "OperationalError", "ProgrammingError",
-                 "InternalError", "NotSupportedError", "InterfaceError", "DatabaseError",
-                 "Error")
 
 
 def blocking(coro: Coroutine[Any, Any, T]) -> T:
@@ -69,7 +61,7 @@ def blocking(coro: Coroutine[Any, Any, T]) -> T:
 
 def run_sync(conn: Connectable, work: Callable[["Db"], Coroutine[Any, Any, T]]) -> T:
     """`work` done on the `Db` of the caller's sync connection (`for_sync`); what it
-    lets through (`passing`) raised as the caller's framework raises its driver's."""
+    lets through (`adapters.passing`) raised as the caller's framework raises its driver's."""
     db = for_sync(conn)
     with db.framework:
         return blocking(work(db))
@@ -82,50 +74,48 @@ async def run_async(conn: Connectable, work: Callable[["Db"], Coroutine[Any, Any
         return await work(db)
 
 
-class Db(ABC):
-    """One connection as enqueue uses it: named statements, savepoints in the caller's
-    transaction, and what the schema has. Subclasses do the I/O of one driver."""
+class Db:
+    """One connection as enqueue uses it: named statements (through the gateway, `sql`,
+    and the connection's adapter), savepoints in the caller's transaction, and what
+    the schema has."""
 
-    copies = False  # whether it has psycopg 3's COPY (else bulk inserts go as JSON)
-
-    def __init__(self, raw: Any, framework: AbstractContextManager[None] | None = None):
-        self.raw = raw  # the DB-API connection
+    def __init__(self, adapter: adapters.Transactional,
+                 framework: AbstractContextManager[None] | None = None):
+        self.adapter = adapter
+        self.raw = adapter.raw  # the DB-API connection
+        self.copies = adapter.copies  # whether it has COPY (else bulk inserts go as JSON)
         # Django's or SQLAlchemy's way of raising its driver's errors, for those
-        # enqueue lets through (`passing`).
+        # enqueue lets through (`adapters.passing`).
         self.framework = framework or nullcontext()
 
-    @abstractmethod
-    def status(self) -> tuple[bool, int]:
-        """Autocommit, and libpq's transaction status (both psycopgs number it alike)."""
-
-    @abstractmethod
     async def row(self, name: str, params: sql.Params = None, *,
                   first: str | None = None) -> Row | None:
         """The named statement's first row; `first` names a statement sent before it,
         in the same round trip where the driver can."""
+        return await sql.fetch(self.adapter, name, params, first=first)
 
-    @abstractmethod
     async def send(self, *names: str) -> None:
         """Statements with no parameters and no rows (savepoints), in one round trip
         where the driver can."""
+        await sql.send(self.adapter, *names)
 
-    @abstractmethod
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """A transaction of its own, committed at the end of the block: for a
         connection in autocommit outside any transaction (`own_transaction`)."""
+        return self.adapter.transaction()
 
     async def copy(self, name: str, rows: Iterable[Sequence[object]]) -> int:
         """The named COPY ... FROM STDIN of these rows; how many were written (only
         where `copies`)."""
-        raise NotImplementedError
+        return await sql.copy_rows(self.adapter, name, rows)
 
     def own_transaction(self) -> bool:
         """Whether a statement sent now commits on its own (no caller's transaction)."""
-        autocommit, status = self.status()
+        autocommit, status = self.adapter.status()
         return autocommit and status == TransactionStatus.IDLE
 
     def in_transaction(self) -> bool:
-        _, status = self.status()
+        _, status = self.adapter.status()
         return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     @asynccontextmanager
@@ -155,189 +145,7 @@ class Db(ABC):
     async def features(self, *, fresh: bool = False) -> sql.Features:
         """What the schema has, read from the catalog once per connection (`fresh`:
         again, in case `migrate` ran since)."""
-        known = None if fresh else _FEATURES.get(self.raw)
-        if known is None:
-            found = await self.row("features")
-            known = sql.Features(*(found or (False,) * len(fields(sql.Features))))
-            with suppress(TypeError):  # a connection no weak reference can point to
-                _FEATURES[self.raw] = known
-        return known
-
-
-_FEATURES: "weakref.WeakKeyDictionary[object, sql.Features]" = weakref.WeakKeyDictionary()
-
-
-class _Psycopg(Db):
-    """psycopg 3, sync: through `sql`, the gateway the drain uses too."""
-
-    copies = True
-    raw: psycopg.Connection[Any]
-
-    def status(self) -> tuple[bool, int]:
-        return self.raw.autocommit, self.raw.info.transaction_status
-
-    def _cursor(self) -> psycopg.Cursor[Row]:
-        """Rows as tuples, whatever the app's row factory (a dict drops a column
-        whose name repeats)."""
-        return self.raw.cursor(row_factory=tuple_row)
-
-    async def row(self, name: str, params: sql.Params = None, *,
-                  first: str | None = None) -> Row | None:
-        cursor = self._cursor()
-        with passing():
-            if first is None:
-                cursor.execute(sql.QUERIES[name], params or {})
-            else:
-                with self.raw.pipeline():
-                    self.raw.execute(sql.QUERIES[first])
-                    cursor.execute(sql.QUERIES[name], params or {})
-            return cursor.fetchone()
-
-    async def send(self, *names: str) -> None:
-        with passing(), self.raw.pipeline() if len(names) > 1 else nullcontext():
-            for name in names:
-                self.raw.execute(sql.QUERIES[name])
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        with passing(), self.raw.transaction():
-            yield
-
-    async def copy(self, name: str, rows: Iterable[Sequence[object]]) -> int:
-        count = 0
-        with passing(), self.raw.cursor().copy(sql.QUERIES[name]) as copying:
-            for row in rows:
-                count += 1
-                copying.write_row(row)
-        return count
-
-
-class _AsyncPsycopg(Db):
-    """psycopg 3's AsyncConnection: the same statements, awaited."""
-
-    copies = True
-    raw: psycopg.AsyncConnection[Any]
-
-    def status(self) -> tuple[bool, int]:
-        return self.raw.autocommit, self.raw.info.transaction_status
-
-    async def row(self, name: str, params: sql.Params = None, *,
-                  first: str | None = None) -> Row | None:
-        cursor = self.raw.cursor(row_factory=tuple_row)  # as _Psycopg's
-        with passing():
-            if first is None:
-                await cursor.execute(sql.QUERIES[name], params or {})
-            else:
-                async with self.raw.pipeline():
-                    await self.raw.execute(sql.QUERIES[first])
-                    await cursor.execute(sql.QUERIES[name], params or {})
-            return await cursor.fetchone()
-
-    async def send(self, *names: str) -> None:
-        with passing():
-            async with self.raw.pipeline() if len(names) > 1 else nullcontext():
-                for name in names:
-                    await self.raw.execute(sql.QUERIES[name])
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        with passing():
-            async with self.raw.transaction():
-                yield
-
-    async def copy(self, name: str, rows: Iterable[Sequence[object]]) -> int:
-        count = 0
-        with passing():
-            async with self.raw.cursor().copy(sql.QUERIES[name]) as copying:
-                for row in rows:
-                    count += 1
-                    await copying.write_row(row)
-        return count
-
-
-class _Psycopg2(Db):
-    """psycopg 2: the same text (its placeholders are psycopg 3's), through plain
-    cursors; no pipeline (a savepoint costs a round trip of its own), and no COPY of
-    rows one by one (bulk inserts go as one JSON document)."""
-
-    def status(self) -> tuple[bool, int]:
-        return bool(self.raw.autocommit), int(self.raw.get_transaction_status())
-
-    def _cursor(self) -> Any:
-        """psycopg 2's plain cursor, whose rows are tuples, whatever the app's
-        cursor_factory (a RealDictCursor drops a column whose name repeats)."""
-        return self.raw.cursor(cursor_factory=import_module("psycopg2.extensions").cursor)
-
-    async def row(self, name: str, params: sql.Params = None, *,
-                  first: str | None = None) -> Row | None:
-        if first is not None:
-            await self.send(first)
-        with _foreign_errors(), closing(self._cursor()) as cursor:
-            cursor.execute(sql.QUERIES[name], params or {})
-            found = cursor.fetchone()
-            return None if found is None else tuple(found)
-
-    async def send(self, *names: str) -> None:
-        with _foreign_errors(), closing(self._cursor()) as cursor:
-            for name in names:
-                cursor.execute(sql.QUERIES[name])
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        # DB-API has no BEGIN: autocommit off for the block, then commit or roll back.
-        self.raw.autocommit = False
-        try:
-            try:
-                yield
-            except BaseException:
-                with suppress(Exception):
-                    self.raw.rollback()
-                raise
-            with _foreign_errors():
-                self.raw.commit()
-        finally:
-            self.raw.autocommit = True
-
-
-def passing() -> AbstractContextManager[None]:
-    """psycopg 3's errors translated as drainer's, but a conflict with another
-    transaction (`errors.CONFLICTS`) raised as the driver's own error, unchanged: only
-    the caller can run its transaction again, and its retry loop knows that error,
-    not drainer's."""
-    return translated(keep=CONFLICTS)
-
-
-@contextmanager
-def _foreign_errors() -> Iterator[None]:
-    """Another driver's errors as drainer's: through psycopg 3's class for the same
-    SQLSTATE (or PEP 249 class), which `errors.translate` knows, kept as the cause; a
-    conflict raised unchanged, as `passing` does."""
-    try:
-        yield
-    except UnicodeEncodeError as exc:
-        raise unencodable(exc) from exc
-    except Exception as exc:
-        twin = _twin(exc)
-        if twin is None or isinstance(twin, CONFLICTS):
-            raise
-        raise translate(twin) from twin
-
-
-def _twin(exc: Exception) -> psycopg.Error | None:
-    """psycopg 3's error for a psycopg 2 (or other DB-API) error, caused by it."""
-    kind: type[psycopg.Error] | None = None
-    code = getattr(exc, "pgcode", None)
-    if isinstance(code, str):
-        with suppress(KeyError):
-            kind = psycopg.errors.lookup(code)
-    if kind is None:
-        names = {k.__name__ for k in type(exc).__mro__}
-        kind = next((getattr(psycopg, n) for n in _DBAPI_ERRORS if n in names), None)
-    if kind is None:
-        return None
-    twin = kind(str(exc))
-    twin.__cause__ = exc
-    return twin
+        return await sql.features_of(self.adapter, fresh=fresh)
 
 
 def _has(obj: object, *names: str) -> bool:
@@ -354,12 +162,12 @@ def for_sync(conn: Any) -> Db:
     if _is_async(conn):
         raise ConfigError(f"{_named(conn)} is asyncio's: await drainer.enqueue_async or "
                           "enqueue_many_async with it")
-    with _foreign_errors():  # a framework's own errors, connecting or beginning
+    with adapters.foreign_errors():  # a framework's own errors, connecting or beginning
         raw, framework = _dbapi(conn)
     if isinstance(raw, psycopg.Connection):
-        return _Psycopg(raw, framework)
+        return Db(adapters.Psycopg(raw), framework)
     if _has(raw, "cursor", "autocommit", "get_transaction_status"):  # psycopg 2
-        return _Psycopg2(raw, framework)
+        return Db(adapters.Psycopg2(raw), framework)
     raise ConfigError(f"drainer cannot enqueue through {_named(conn)}: give it "
                       f"{SYNC_KINDS}")
 
@@ -408,10 +216,10 @@ def _sqlalchemy_errors(dialect: Any) -> Iterator[None]:
 
 async def for_async(conn: Any) -> Db:
     """`for_sync` for asyncio connections."""
-    with _foreign_errors():
+    with adapters.foreign_errors():
         conn, framework = await _async_dbapi(conn)
     if isinstance(conn, psycopg.AsyncConnection):
-        return _AsyncPsycopg(conn, framework)
+        return Db(adapters.AsyncPsycopg(conn), framework)
     if isinstance(conn, psycopg.Connection | psycopg.Cursor) or _has(conn, "ensure_connection"):
         raise ConfigError(f"{_named(conn)} is synchronous: call drainer.enqueue or "
                           "enqueue_many with it")

@@ -3,14 +3,16 @@
 All SQL lives in `queries/`: the named statements, a file per role (`claim.sql`,
 `writeback.sql`, ...), and the migrations (`schema.sql`), so one folder shows every
 statement we send; this module sends them, returns their rows and turns psycopg's
-errors into drainer's (`errors.translate`).
+errors into drainer's (`errors.translate`). It drives psycopg 3's sync connections
+itself (the drain's); every other connection (the caller's, whatever its driver)
+through its `adapters` one, which only sends the text this module gives it.
 It also knows, once per connection, which optional objects the schema has.
 """
 
 import re
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib.resources import files
@@ -19,6 +21,7 @@ from typing import Any
 import psycopg
 
 from ..errors import translated
+from .adapters import Adapter, Row, Transactional
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^-- migration: (\d+)\b.*$", re.MULTILINE)
@@ -139,6 +142,18 @@ def value(target: Target, name: str, params: Params = None) -> Any:
     return found[0]
 
 
+def command(conn: psycopg.Connection, text: str) -> None:
+    """Send a statement built around identifiers (a database's name) as it is, its
+    errors psycopg's: `drainer.testing`'s databases."""
+    conn.execute(text)
+
+
+def cursor(conn: psycopg.Connection) -> psycopg.Cursor:
+    """A cursor of its own, for a statement whose rows load otherwise (the claim's
+    payloads): `execute` or `run` on it."""
+    return conn.cursor()
+
+
 def migration(conn: psycopg.Connection, version: int) -> None:
     """Apply one migration of `queries/schema.sql` (several statements: never prepared)."""
     with translated():
@@ -166,6 +181,25 @@ def copy(conn: psycopg.Connection, name: str) -> Iterator[psycopg.Copy]:
         yield copying
 
 
+async def fetch(adapter: Adapter, name: str, params: Params = None, *,
+                first: str | None = None) -> Row | None:
+    """The named statement's first row through another connection's adapter; `first`
+    names a statement sent before it, in the same round trip where the driver can."""
+    return await adapter.row(QUERIES[name], params or {},
+                             None if first is None else QUERIES[first])
+
+
+async def send(adapter: Adapter, *names: str) -> None:
+    """Named statements with no parameters and no rows, through an adapter."""
+    await adapter.send(*(QUERIES[name] for name in names))
+
+
+async def copy_rows(adapter: Transactional, name: str, rows: Iterable[Sequence[object]]
+                    ) -> int:
+    """The named COPY ... FROM STDIN of these rows through an adapter that `copies`."""
+    return await adapter.copy(QUERIES[name], rows)
+
+
 @dataclass(frozen=True)
 class Features:
     """The optional parts of the schema (only `jobs` is required): whether `migrate`
@@ -188,8 +222,9 @@ class Features:
     scheduled: bool  # the schedules table ever held a row (statistics: may lag)
 
 
-_features: "weakref.WeakKeyDictionary[psycopg.Connection, Features]" = (
-    weakref.WeakKeyDictionary())
+# One cache for every driver, keyed by the connection (psycopg 3's, or the DB-API
+# connection under an adapter).
+_features: "weakref.WeakKeyDictionary[object, Features]" = weakref.WeakKeyDictionary()
 
 
 def features(conn: psycopg.Connection) -> Features:
@@ -197,17 +232,35 @@ def features(conn: psycopg.Connection) -> Features:
     run on it since forgets it: `forget`)."""
     known = _features.get(conn)
     if known is None:
-        found = row(conn, "features") or (False,) * len(fields(Features))
-        known = _features[conn] = Features(*found)
+        known = learn(conn, row(conn, "features"))
     return known
 
 
-def learn(conn: psycopg.Connection, columns: Sequence[bool]) -> Features:
-    """Record the `features` columns another statement returned (`start` does)."""
-    known = _features[conn] = Features(*columns)
+async def features_of(adapter: Adapter, *, fresh: bool = False) -> Features:
+    """`features` through an adapter (`fresh`: read again, in case `migrate` ran since,
+    on another connection)."""
+    known = None if fresh else _known(adapter.raw)
+    if known is None:
+        known = learn(adapter.raw, await fetch(adapter, "features"))
     return known
 
 
-def forget(conn: psycopg.Connection) -> None:
+def _known(conn: object) -> Features | None:
+    with suppress(TypeError):  # a connection no weak reference can point to
+        return _features.get(conn)
+    return None
+
+
+def learn(conn: object, columns: Sequence[bool] | None) -> Features:
+    """Record the `features` columns a statement returned (None: no row, nothing
+    optional; `start` returns them too)."""
+    known = Features(*(columns or (False,) * len(fields(Features))))
+    with suppress(TypeError):  # a connection no weak reference can point to
+        _features[conn] = known
+    return known
+
+
+def forget(conn: object) -> None:
     """After a migration on `conn`: the next `features` reads the catalog again."""
-    _features.pop(conn, None)
+    with suppress(TypeError):
+        _features.pop(conn, None)
