@@ -27,6 +27,7 @@ import json
 import threading
 import traceback
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -40,6 +41,8 @@ from drainer.errors import MAX_TRACEBACK, BadInput, DrainerError, describe, reda
 from drainer.model import Job
 from drainer.retry import Snooze
 from drainer.storage import sql
+from drainer.storage.adapters import DjangoCursors
+from drainer.storage.drivers import blocking
 from drainer.storage.enqueue import check_queue
 
 
@@ -155,9 +158,7 @@ class DrainerBackend(BaseTaskBackend):  # type: ignore[misc]
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
-        with self._connection().cursor() as cursor:
-            cursor.execute(sql.QUERIES["django_result"], {"id": job_id})
-            row = cursor.fetchone()
+        row = _statement(self._connection(), "django_result", {"id": job_id})
         if row is None:
             raise TaskResultDoesNotExist(result_id)
         (status, queue, priority, payload_text, attempts, created, done, run_at, kept,
@@ -178,6 +179,12 @@ class DrainerBackend(BaseTaskBackend):  # type: ignore[misc]
         if status == "done" and kept is not None:
             object.__setattr__(result, "_return_value", json.loads(kept))
         return result
+
+
+def _statement(connection: Any, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The named statement's first row, through Django's own cursors of `connection`
+    (its query log, its errors)."""
+    return blocking(sql.fetch(DjangoCursors(connection), name, params))
 
 
 def _task(path: str) -> Any:
@@ -247,13 +254,10 @@ def _record(job: Job, alias: str, exc: BaseException) -> None:
     if isinstance(exc, Snooze):  # not a failure: the attempt is not even counted
         return
     error = {"exception_class_path": _module_path(type(exc)), "traceback": _traceback(exc)}
-    try:
-        with _backends()[alias]._connection().cursor() as cursor:
-            cursor.execute(sql.QUERIES["django_record_error"], {
-                "key": ERRORS, "error": json.dumps([error]), "id": job.id,
-                "attempts": job.attempts})
-    except Exception:  # noqa: BLE001 - the job's own failure is what counts
-        pass
+    with suppress(Exception):  # the job's own failure is what counts
+        _statement(_backends()[alias]._connection(), "django_record_error", {
+            "key": ERRORS, "error": json.dumps([error]), "id": job.id,
+            "attempts": job.attempts})
 
 
 def _backends() -> Any:
