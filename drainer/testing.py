@@ -175,12 +175,12 @@ class Server:
         # Another encoding needs the C locale, which every encoding accepts.
         spec = f" ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'" if encoding else ""
         with self.admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{spec}')
+            sql.command(conn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"{spec}')
         return name
 
     def drop_database(self, name: str) -> None:
         with self.admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            sql.command(conn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     @contextmanager
     def database(self) -> Iterator[str]:

@@ -123,7 +123,7 @@ def payload_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
     """A cursor for claimed rows: they are claimed once the statement commits, so one
     payload that fails to load must not lose the whole batch (nor crash every later
     drain): it loads as Undecodable."""
-    cursor = conn.cursor()
+    cursor = sql.cursor(conn)
     cursor.adapters.register_loader("jsonb", _PayloadLoader)
     return cursor
 
