@@ -12,20 +12,32 @@ that may block (`spawn`) and a way to carry an async handler's work (`submit`).
   connection of that thread is the same transaction.
 """
 
-from collections.abc import Awaitable, Callable
+import contextvars
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import clock
 from ..model import Job
+from .calls import Calls
+from .core import Core
 
-if TYPE_CHECKING:
-    from .slots import Slots
+
+class Slots(Protocol):
+    """What a runner uses of the batch's handler slots (engine/slots.py), which
+    choose their runner: named here so the slots import the runners, not back."""
+
+    context: contextvars.Context
+    calls: Calls
+    core: Core
+
+    def awaiting(self, job: Job, awaitable: Awaitable[Any]) -> Coroutine[Any, Any, None]: ...
+
 
 Spawn = Callable[[Callable[[], None]], None]
 # Carries an async handler's work on; whether the slot is free for its next job here
 # (False: the slot went on elsewhere, or was written off).
-Submit = Callable[["Slots", Job, Awaitable[Any]], bool]
+Submit = Callable[[Slots, Job, Awaitable[Any]], bool]
 
 
 def on_handler_threads(work: Callable[[], None]) -> None:
@@ -33,7 +45,7 @@ def on_handler_threads(work: Callable[[], None]) -> None:
     clock.spawn(work)
 
 
-def on_event_loop(slots: "Slots", job: Job, awaitable: Awaitable[Any]) -> bool:
+def on_event_loop(slots: Slots, job: Job, awaitable: Awaitable[Any]) -> bool:
     """Run an async handler's work on the process's event loop, in a task of its own
     with a context of its own (what one job sets in a context variable never reaches
     the next): `Slots.awaiting` records it and carries its slot on."""
@@ -50,7 +62,7 @@ def on_caller_thread(work: Callable[[], None]) -> None:
     work()
 
 
-def awaited_here(slots: "Slots", job: Job, awaitable: Awaitable[Any]) -> bool:
+def awaited_here(slots: Slots, job: Job, awaitable: Awaitable[Any]) -> bool:
     """An async handler's work run on the event loop, and waited for on this thread."""
     try:
         result = clock.run_async(awaitable).result()
