@@ -43,7 +43,8 @@ settings.load_profile("quick")
 ONCE = {
     "tests/aws/test_events_and_schedule.py", "tests/aws/test_reset.py",
     "tests/test_bench_speed.py", "tests/test_clock.py", "tests/test_example_app.py",
-    "tests/test_infra.py", "tests/test_lambda_locally.py", "tests/test_progress.py",
+    "tests/test_infra.py", "tests/test_lambda_locally.py", "tests/test_layout.py",
+    "tests/test_progress.py",
     "tests/test_release.py", "tests/test_settings.py", "tests/test_wake.py",
     "tests/test_cli.py::test_help_documents_every_command_and_option_with_its_variable",
     "tests/test_cli.py::test_help_gives_the_bounds_of_durations",
