@@ -10,14 +10,7 @@ from collections.abc import Callable, Mapping
 import psycopg
 
 from . import clock
-from .engine.drain import (
-    DEFAULT_ARCHIVE_AFTER,
-    DEFAULT_ARCHIVE_FAILED_AFTER,
-    DEFAULT_LEASE,
-    Drain,
-    Options,
-    checked,
-)
+from .engine.drain import Drain, Options, checked
 from .engine.runners import THREADS
 from .engine.session import Link, Reopen
 from .engine.sizer import MAX_INT, Sizer
@@ -26,8 +19,7 @@ from .engine.summary import COUNTS, Summary, warn_no_task
 from .errors import ConfigError, DrainerError, SchemaMissing
 from .tasks import Handler
 
-__all__ = ["COUNTS", "DEFAULT_ARCHIVE_AFTER", "DEFAULT_ARCHIVE_FAILED_AFTER", "DEFAULT_LEASE",
-           "MAX_INT", "Link", "Options", "Sizer", "Summary", "drain", "warn_no_task"]
+__all__ = ["COUNTS", "MAX_INT", "Link", "Options", "Sizer", "Summary", "drain", "warn_no_task"]
 
 
 def _use_loop(kind: str | None) -> None:

@@ -23,11 +23,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 
-from . import db
+from . import db, defaults
 from .errors import ConfigError
 from .model import Job
 from .storage import sql
-from .storage.enqueue import DEFAULT_MAX_ATTEMPTS, check_queue, encode_payload
+from .storage.enqueue import check_queue, encode_payload
 
 if TYPE_CHECKING:
     from cronsim import CronSim
@@ -228,7 +228,7 @@ def enqueue(conn: psycopg.Connection, declared_: Schedule, slots: Sequence[datet
     params = {"name": declared_.name, "definition": declared_.definition,
               "queue": declared_.queue, "tz": declared_.tz,
               "payload": encode_payload(declared_.body),
-              "max_attempts": declared_.max_attempts or DEFAULT_MAX_ATTEMPTS,
+              "max_attempts": declared_.max_attempts or defaults.MAX_ATTEMPTS,
               "slots": json.dumps([[s.isoformat(), slot_key(declared_.name, s)] for s in slots])}
     return sql.run(conn, "schedule_enqueue", params)
 

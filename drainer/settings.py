@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from . import defaults
 from .clock import loop_kind
 from .errors import ConfigError
-from .run import DEFAULT_ARCHIVE_AFTER as ARCHIVE_AFTER_DELTA
-from .run import DEFAULT_ARCHIVE_FAILED_AFTER as ARCHIVE_FAILED_AFTER_DELTA
-from .run import DEFAULT_LEASE as LEASE_DELTA
 from .run import MAX_INT, Options
 
 T = TypeVar("T")
@@ -32,14 +30,15 @@ MIN_MAX_RUNTIME = 1.0  # the process's start and first connection take most of a
 MIN_POLL_INTERVAL = 1.0  # each poll is a query, and keeps a compute awake
 MIN_MAX_READY_AGE = 1.0  # ready ages are reported in whole seconds
 
-DEFAULT_LEASE = LEASE_DELTA.total_seconds()
-DEFAULT_ARCHIVE_AFTER = float(ARCHIVE_AFTER_DELTA.days)
-DEFAULT_ARCHIVE_FAILED_AFTER = float(ARCHIVE_FAILED_AFTER_DELTA.days)
-DEFAULT_POLL = 60.0  # seconds between `work`'s fallback polls
-DEFAULT_MAX_READY_AGE = 3600.0  # seconds before `doctor` calls a waiting job a problem
-DEFAULT_STATEMENT_TIMEOUT = 10.0  # seconds, in the cloud function
-DEFAULT_SECRET_TTL = 300.0  # seconds; a rotated secret is picked up at worst this late
-DEFAULT_MAX_DEPTH = 10  # continuations in a row
+# The defaults (drainer/defaults.py) in the units the options take.
+DEFAULT_LEASE = defaults.LEASE.total_seconds()
+DEFAULT_ARCHIVE_AFTER = defaults.ARCHIVE_AFTER.total_seconds() / 86_400
+DEFAULT_ARCHIVE_FAILED_AFTER = defaults.ARCHIVE_FAILED_AFTER.total_seconds() / 86_400
+DEFAULT_POLL = defaults.POLL
+DEFAULT_MAX_READY_AGE = defaults.MAX_READY_AGE
+DEFAULT_STATEMENT_TIMEOUT = defaults.STATEMENT_TIMEOUT
+DEFAULT_SECRET_TTL = defaults.SECRET_TTL
+DEFAULT_MAX_DEPTH = defaults.MAX_DEPTH
 BATCH_ALLOWANCE = 5.0  # seconds a batch may overrun the handler-time estimate
 INVOKE_ALLOWANCE = 5.0  # seconds for the continuation call or the schedule (client timeouts)
 

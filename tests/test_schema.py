@@ -54,7 +54,7 @@ def test_a_hand_made_table_drains_without_migrate(empty_db_url):
                                 drainer.Options(queues=["default"]))
         assert (summary.done, summary.stopped) == (1, "empty")
         conn.execute("UPDATE jobs SET created_at = now() - interval '8 days'")
-        assert drainer.archive(conn, drainer.run.DEFAULT_ARCHIVE_AFTER, to_table=False) == 1
+        assert drainer.archive(conn, drainer.defaults.ARCHIVE_AFTER, to_table=False) == 1
 
 
 MIGRATE = """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from drainer.aws.kick import DEFAULT_INTERVAL
+from drainer import defaults
 from drainer.aws.settings import Settings
 from drainer.schedules import Schedule
 from drainer.settings import DEFAULT_MAX_DEPTH
@@ -76,7 +76,7 @@ class Model:
     # continuations in a row, and a producer process's kick coalescing interval.
     margin: float = next(f.default for f in fields(Settings) if f.name == "margin")
     max_depth: int = DEFAULT_MAX_DEPTH
-    kick_coalesce: float = DEFAULT_INTERVAL
+    kick_coalesce: float = defaults.KICK_INTERVAL
 
 
 @dataclass(frozen=True)

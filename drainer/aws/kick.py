@@ -24,12 +24,11 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import pq
 
-from .. import clock
+from .. import clock, defaults
 from . import clients, events
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL = 1.0  # seconds
 RETRY_DELAYS = (1.0, 5.0, 25.0)  # seconds before each new attempt of a failed kick
 
 
@@ -79,7 +78,7 @@ def cancel_all() -> None:
 
 
 class Kicker:
-    def __init__(self, function: str, *, interval: float = DEFAULT_INTERVAL):
+    def __init__(self, function: str, *, interval: float = defaults.KICK_INTERVAL):
         """`function`: the drainer function's name or ARN (an alias ARN keeps the alias)."""
         self.function = function
         self.interval = interval

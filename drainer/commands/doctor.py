@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from ..run import DEFAULT_LEASE
+from .. import defaults
 from ..settings import DEFAULT_MAX_READY_AGE
 from ..storage import sql
 from ..storage.admin import due
@@ -33,7 +33,7 @@ RECENT = 300.0  # an idle session that queried this recently resets the suspend 
 DEAD_MIN, DEAD_SHARE = 1000, 0.2  # dead tuples past both (share of live) need vacuum
 PLAN_MIN_ROWS = 1000  # below this a sequential scan is cheap and the planner is right
 CLAIM_BATCH = 10
-CLAIM_PROBE = {"lease": DEFAULT_LEASE, "now": None}
+CLAIM_PROBE = {"lease": defaults.LEASE, "now": None}
 
 
 @dataclass

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from .. import clock, db, hooks, model, schedules, stopping
+from .. import clock, db, defaults, hooks, model, schedules, stopping
 from .. import tasks as tasks_
 from ..errors import ConfigError
 from ..storage import admin, roundtrip, writeback
@@ -45,19 +45,16 @@ from .summary import (
 
 log = logging.getLogger("drainer.run")  # the name its log lines always had
 
-DEFAULT_LEASE = timedelta(minutes=5)
-DEFAULT_ARCHIVE_AFTER = timedelta(days=7)
-DEFAULT_ARCHIVE_FAILED_AFTER = admin.ARCHIVE_FAILED_AFTER
 
 
 @dataclass
 class Options:
     queues: list[str]
     batch_size: int | None = None
-    lease: timedelta = DEFAULT_LEASE
+    lease: timedelta = defaults.LEASE
     concurrency: int = 1
-    archive_after: timedelta = DEFAULT_ARCHIVE_AFTER  # done jobs, by created_at
-    archive_failed_after: timedelta = DEFAULT_ARCHIVE_FAILED_AFTER  # failed, by run_at
+    archive_after: timedelta = defaults.ARCHIVE_AFTER  # done jobs, by created_at
+    archive_failed_after: timedelta = defaults.ARCHIVE_FAILED_AFTER  # failed, by run_at
     deadline: float | None = None  # on the clock seam's monotonic scale
     verbose: bool = False  # each failure's log line carries the handler's traceback
     # The kind of event loop async handlers run on (clock.LOOPS); None: the process's.

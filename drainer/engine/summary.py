@@ -6,8 +6,7 @@ import textwrap
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
-from .. import clock, model
-from ..storage import enqueue
+from .. import clock, defaults, model
 from .outcome import Outcome
 
 log = logging.getLogger("drainer.run")  # the name its log lines always had
@@ -148,7 +147,7 @@ def _log_failure(job: model.Job, setback: model.Setback, failure: model.Failure,
     error = setback.error
     shown = error.replace("\r", "\\r").replace("\n", "\\n")
     # A hand-made table may hold a NULL max_attempts, which the fail statement reads as 5.
-    limit = enqueue.DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts
+    limit = defaults.MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts
     line = (f"job {job.id} (queue {job.queue}) failed, attempt {job.attempts} of {limit}: "
             f"{shown}; {then}")
     data = {"event": "job_failed", "id": job.id, "queue": job.queue, "attempt": job.attempts,

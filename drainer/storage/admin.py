@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from .. import defaults
 from ..errors import BadInput, ConfigError, DrainerError, NoResult
 from ..model import Due, Requeued, Undecodable
 from . import sql
@@ -26,7 +27,6 @@ ARCHIVE_BATCH = 10_000
 # How long failed jobs (cancelled ones too) stay in `jobs` after they failed (their
 # run_at, set then): long enough to look into them and requeue, short enough that they
 # do not pile up.
-ARCHIVE_FAILED_AFTER = timedelta(days=30)
 
 
 def start(conn: psycopg.Connection, *, now: datetime | None = None) -> tuple[int, bool]:
@@ -45,7 +45,7 @@ def archive(
     conn: psycopg.Connection,
     older_than: timedelta,
     *,
-    failed_older_than: timedelta = ARCHIVE_FAILED_AFTER,
+    failed_older_than: timedelta = defaults.ARCHIVE_FAILED_AFTER,
     batch: int = ARCHIVE_BATCH,
     to_table: bool = True,
     now: datetime | None = None,

@@ -16,13 +16,12 @@ from typing import Any, TypedDict, Unpack, overload
 
 import psycopg
 
-from .. import tracing
+from .. import defaults, tracing
 from ..errors import BadInput, ConfigError, DrainerError
 from ..model import Enqueued
 from . import drivers, sql
 
 # The jobs table's column default; the COPY path must write it explicitly.
-DEFAULT_MAX_ATTEMPTS = 5
 MAX_QUEUE_NAME = 200  # a NOTIFY payload must stay far below 8,000 bytes
 MIN_PRIORITY, MAX_PRIORITY = -100, 100  # the column's CHECK
 MAX_KEY = 1000  # bytes: far below what one entry of the unique index may hold (2,704)
@@ -208,7 +207,7 @@ async def _enqueue_keyed(db: drivers.Db, queue: str, payload: object,
     params: dict[str, object] = {
         "queue": check_queue(queue),
         "payload": encode_payload(payload),
-        "max_attempts": DEFAULT_MAX_ATTEMPTS if attempts is None else attempts,
+        "max_attempts": defaults.MAX_ATTEMPTS if attempts is None else attempts,
         "now": options.get("now"),
         **_when(options.get("run_at"), options.get("delay")),
     }
@@ -334,7 +333,7 @@ async def _enqueue_many(db: drivers.Db, queue: str, payloads: Iterable[object],
                                         **_when(options.get("run_at"), options.get("delay"))})
         params = {"queue": queue, "priority": priority, "meta": meta,
                   "run_at": str(_first(when, "db_time")),
-                  "max_attempts": DEFAULT_MAX_ATTEMPTS if attempts is None else attempts}
+                  "max_attempts": defaults.MAX_ATTEMPTS if attempts is None else attempts}
         if keys is not None:
             return await _enqueue_batch(db, payloads, keys, params)
         if as_json:

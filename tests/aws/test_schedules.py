@@ -23,7 +23,7 @@ import pytest
 
 from drainer import testing
 from drainer.aws import events, schedule
-from drainer.run import DEFAULT_LEASE
+from drainer.defaults import LEASE as DEFAULT_LEASE
 from handlers.aws_lambda import handler
 from tests.aws.helpers import FUNCTION_ARN, GROUP, REGION, ROLE_ARN, FakeContext
 from tests.helpers import at

@@ -1,0 +1,16 @@
+"""Every setting's default, defined once: the command line, the `DRAINER_*`
+variables, the cloud function, `drainer.Options` and the API's keyword arguments all
+take theirs from here (drainer/settings.py says how each is read and checked)."""
+
+from datetime import timedelta
+
+LEASE = timedelta(minutes=5)  # a claim's lease; handlers' heartbeats extend it
+ARCHIVE_AFTER = timedelta(days=7)  # done jobs, by created_at
+ARCHIVE_FAILED_AFTER = timedelta(days=30)  # jobs failed for good, by run_at
+MAX_ATTEMPTS = 5  # a job's runs before it fails for good
+POLL = 60.0  # seconds between `work`'s fallback polls
+MAX_READY_AGE = 3600.0  # seconds before `doctor` calls a waiting job a problem
+STATEMENT_TIMEOUT = 10.0  # seconds, in the cloud function
+SECRET_TTL = 300.0  # seconds; a rotated secret is picked up at worst this late
+MAX_DEPTH = 10  # the cloud function's continuations in a row
+KICK_INTERVAL = 1.0  # seconds: a producer's kicks of the function coalesce within it
