@@ -12,14 +12,14 @@ import psycopg
 from . import clock
 from .engine.drain import Drain, Options, checked
 from .engine.runners import THREADS
-from .engine.session import Link, Reopen
+from .engine.session import Reconnecting, Reopen
 from .engine.sizer import MAX_INT, Sizer
 from .engine.spans import DrainTrace
 from .engine.summary import COUNTS, Summary, warn_no_task
 from .errors import ConfigError, DrainerError, SchemaMissing
 from .tasks import Handler
 
-__all__ = ["COUNTS", "MAX_INT", "Link", "Options", "Sizer", "Summary", "drain", "warn_no_task"]
+__all__ = ["COUNTS", "MAX_INT", "Options", "Sizer", "Summary", "drain", "warn_no_task"]
 
 
 def _use_loop(kind: str | None) -> None:
@@ -61,7 +61,7 @@ def drain(
     began = clock.monotonic()
     summary = Summary()
     stop = stop or threading.Event()
-    link = Link(conn, reopen, stop)
+    link = Reconnecting(conn, reopen, stop)
     traced = DrainTrace.start(options.queues)
     failed: BaseException | None = None
     try:

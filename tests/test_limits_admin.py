@@ -373,7 +373,7 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
     outcome = Outcome(unstarted=[ja])  # A stops before starting it (deadline, signal)
 
     with psycopg.connect(db_url, autocommit=True) as b:
-        class AnswerLost:  # run.Link, as it goes when the session drops after the commit
+        class AnswerLost:  # engine.session.Reconnecting, its session dropped after the commit
             def send(self, first, again=None):
                 first(conn)  # landed: J queued again, attempts 0
                 [jb] = roundtrip.claim(b, [], 10, LEASE, limited=[FIFO], take=10)  # drain B
@@ -571,7 +571,7 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
     assert drainer.cancel(conn, [a]) == [a]
     outcome = Outcome(unstarted=[ja])
 
-    class Live:  # run.Link when the session lives
+    class Live:  # engine.session.Reconnecting when the session lives
         def send(self, first, again=None):
             return first(conn)
 

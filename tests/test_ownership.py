@@ -10,11 +10,12 @@ import psycopg
 import pytest
 
 import drainer
-from drainer import clock, model, run
+from drainer import clock, model
 from drainer.db import connect
 from drainer.engine import batch
 from drainer.engine import summary as summary_
 from drainer.engine.core import Pace
+from drainer.engine.session import Reconnecting
 from drainer.run import Options, Sizer, Summary, drain
 from drainer.storage import claim, roundtrip, writeback
 from tests.helpers import count, run_cli
@@ -510,7 +511,7 @@ def test_a_resend_counts_what_the_lost_answer_had_written(conn):
 
 def test_an_error_that_leaves_the_session_alive_is_not_sent_again(conn):
     opened = []
-    link = run.Link(conn, reopen=lambda: opened.append(1))
+    link = Reconnecting(conn, reopen=lambda: opened.append(1))
 
     def deadlock(c):
         raise drainer.DatabaseUnavailable("deadlock detected")

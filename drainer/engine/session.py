@@ -2,7 +2,7 @@
 round trip through `Session.send(first, again)`: `first(conn)`, and `again(conn)` if
 the session dropped and the round trip goes again on a new one.
 
-- `Link`, a drain's: an autocommit connection, opened again when its session drops
+- `Reconnecting`, a drain's: an autocommit connection, opened again when its session drops
   (for what may safely be sent twice: guarded writes, claims, reads); after a stop,
   a second stop may cut a round trip short.
 - `InTransaction`, drain_now(in_transaction=True)'s: the caller's open transaction,
@@ -29,7 +29,7 @@ T = TypeVar("T")
 RECONNECTS = (0.0, 0.5, 2.0)
 
 
-class Link:
+class Reconnecting:
     """The drain's connection, opened again when its session drops, for what may
     safely be sent twice: guarded writes (complete, fail, extend), claims, reads.
     Connections it opened, it closes; the caller's stays the caller's."""
