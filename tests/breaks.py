@@ -152,8 +152,9 @@ def _breaks() -> list[Break]:
         Break("attempts-result", "a kept result is written to another claim's job",
               (sql("keep_results", " AND j.attempts = t.attempts", ""),), (REAPED,),
               attempts),
-        Break("attempts-hold", "the heartbeat of a cancelled claim extends a later claim's "
-              "kept lease", (sql("hold", " AND j.attempts = t.attempts", ""),),
+        Break("attempts-extend-cancelled", "the heartbeat of a cancelled claim extends a "
+              "later claim's kept places",
+              (sql("extend_cancelled", " AND j.attempts = t.attempts", ""),),
               ("tests/test_limits_admin.py::"
                "test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue",),
               attempts),

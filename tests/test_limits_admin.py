@@ -27,6 +27,12 @@ FIFO = Limits("fifo", per_group=1)
 SINGLE = Limits("single", concurrency=1)
 
 
+def lease_ended(conn, job_id: int, at: str = "now()") -> None:
+    """The claim's lease of a job cancelled while running ends: its kept places free."""
+    conn.execute(f"UPDATE jobs SET locked_until = {at}, cancelled_running_until = {at} "
+                 "WHERE id = %s", (job_id,))
+
+
 def status(conn, job_id: int) -> tuple:
     return conn.execute("SELECT status, attempts, last_error FROM jobs WHERE id = %s",
                         (job_id,)).fetchone()
@@ -66,7 +72,7 @@ def test_a_job_cancelled_while_running_holds_its_place_while_its_handler_runs_on
         finally:
             worker.join(60)
     if second not in spans:  # held back: its place frees when the cancelled lease ends
-        conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (first,))
+        lease_ended(conn, first)
         drainer.drain(conn, {kind: task}, options)
     (_, a_end), (b_start, _) = spans[first], spans[second]
     assert b_start >= a_end, (f"job {second} started {a_end - b_start:.2f} s before the "
@@ -85,7 +91,7 @@ def test_a_cancelled_running_head_holds_its_place_until_its_lease_ends(conn):
     assert status(conn, a) == ("failed", 1, "cancelled")
     assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
     assert admin.due(conn, [], limited=[FIFO]).lease_end == lease_end
-    conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (a,))  # it ended
+    lease_ended(conn, a)  # it ended
     assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
 
 
@@ -270,7 +276,7 @@ def test_a_stale_write_back_after_cancel_requeue_and_a_new_claim_frees_no_place(
     drainer.enqueue(conn, "fifo", {}, group="g")
     [stale] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert admin.cancel(conn, [a]) == [a]
-    conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (a,))  # lease ended
+    lease_ended(conn, a)  # lease ended
     assert admin.requeue(conn, ids=[a]) == [a]
     [current] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert current.token == (a, 2)
@@ -303,8 +309,7 @@ def test_archiving_with_no_retention_mid_drain_leaves_every_counted_row(conn):
     assert archive() == 1  # the done head
     assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
             ] == [behind[0]]
-    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s",
-                 (heads[1],))  # its lease ended
+    lease_ended(conn, heads[1], "now() - interval '1 second'")
     assert archive() == 1
     assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
             ] == [behind[1]]
@@ -450,13 +455,13 @@ def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(con
     drainer.enqueue(conn, "fifo", {}, group="g")
     [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     drainer.cancel(conn, [j])
-    conn.execute("UPDATE jobs SET locked_until = now() WHERE id = %s", (j,))  # it ended
+    lease_ended(conn, j)  # it ended
     assert drainer.requeue(conn, ids=[j]) == [j]
     [jb] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     assert jb.token == (j, 2)
     drainer.cancel(conn, [j])
     [(held_until,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,))
-    assert writeback.hold(conn, [ja], timedelta(hours=1)) == 0
+    assert writeback.extend_cancelled(conn, [ja], timedelta(hours=1)) == 0
     assert writeback.let_go(conn, [ja]) == 0
     assert conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,)).fetchone() == (
         held_until,)
@@ -639,7 +644,8 @@ def test_the_heartbeat_holds_no_claim_cancelled_before_its_handler_began(conn, d
         batch = Batch(jobs, {"fifo": lambda job: release.wait(30)}, concurrency=1,
                       lease=lease,
                       extend=lambda js: writeback.extend_claims(worker_conn, js, lease),
-                      hold=lambda js: writeback.hold(worker_conn, js, lease),
+                      extend_cancelled=lambda js: writeback.extend_cancelled(
+                          worker_conn, js, lease),
                       may_start=lambda job: True, stop=threading.Event())
         done: list[Outcome] = []
         runner = threading.Thread(target=lambda: done.append(batch.run()))

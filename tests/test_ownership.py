@@ -192,7 +192,7 @@ def test_cancelling_a_running_job_leaves_its_worker_nothing_to_write(conn):
     # By id, a cancelled job may come back, once the lease its old handler ran under
     # has ended (it may run on until then).
     assert drainer.requeue(conn, ids=[stale.id]).waiting.keys() == {stale.id}
-    conn.execute("UPDATE jobs SET locked_until = now()")
+    conn.execute("UPDATE jobs SET locked_until = now(), cancelled_running_until = now()")
     assert drainer.requeue(conn, ids=[stale.id]) == [stale.id]
     [current] = drainer.claim(conn, ["default"], 1, LEASE)
     assert drainer.fail(conn, [(stale, "stale")]) == {}

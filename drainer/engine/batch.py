@@ -59,7 +59,7 @@ class Batch:
         refill: Refill | None = None,
         refill_at: int = 0,
         pace: Pace | None = None,
-        hold: Callable[[list[Job]], object] | None = None,
+        extend_cancelled: Callable[[list[Job]], object] | None = None,
         codecs: Sequence[str] = (),
         runner: Runner = THREADS,
     ):
@@ -70,8 +70,9 @@ class Batch:
         `refill_at`: a refill also waits until that many handler slots are free (a
         drain with limited queues, whose claims take no more jobs than free slots).
         `pace`: the handlers' times so far, which this batch's add to (a drain's
-        batches share one). `hold(jobs)`: the heartbeat of jobs found no longer ours
-        whose handler still runs (cancelled: their places stay held until it ends).
+        batches share one). `extend_cancelled(jobs)`: the heartbeat of jobs found no
+        longer ours whose handler still runs (cancelled: they keep their places until it
+        ends).
         `codecs`: what a kept result's text must encode to (db.codecs). `runner`:
         where the handlers run (`runners`)."""
         tasks = {q: as_task(q, h) for q, h in handlers.items()}
@@ -82,7 +83,7 @@ class Batch:
                          may_start=may_start, stop=stop, took=took, refill=refill,
                          refill_at=refill_at, pace=pace, async_queues=self.calls.async_queues)
         self.slots = Slots(self.core, self.calls, runner, self._heartbeat)
-        self.extend, self.hold, self.stop = extend, hold, stop
+        self.extend, self.extend_cancelled, self.stop = extend, extend_cancelled, stop
 
     def _heartbeat(self) -> bool:
         """Extend the leases of every unfinished job, and of the finished ones still to
@@ -99,9 +100,9 @@ class Batch:
         lost = self.core.extended(unfinished, ours, landings, sent, sent_wall)
         for job in lost:  # their handlers may stop: nothing they do now changes anything
             self.slots.write_off(job)
-        if lost and self.hold is not None:
+        if lost and self.extend_cancelled is not None:
             try:
-                self.hold(lost)
+                self.extend_cancelled(lost)
             except DrainerError as exc:
                 log.warning("heartbeat of cancelled jobs failed (%s)", exc)
         return True

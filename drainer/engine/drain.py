@@ -194,8 +194,8 @@ class Drain:
             extend=lambda js: self.session.send(
                 lambda c: writeback.extend_claims(c, js, self.options.lease,
                                               now=clock.database_now())),
-            hold=lambda js: self.session.send(
-                lambda c: writeback.hold(c, js, self.options.lease, now=clock.database_now())),
+            extend_cancelled=lambda js: self.session.send(lambda c: writeback.extend_cancelled(
+                c, js, self.options.lease, now=clock.database_now())),
             may_start=self.may_start, stop=self.stop, confirmed=sent,
             # Handlers' times serve the deadline's judgement and tracing only.
             took=(self.took if self.options.deadline is not None or self.spans is not None

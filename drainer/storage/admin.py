@@ -20,7 +20,7 @@ from ..model import Due, Requeued, Undecodable
 from . import sql
 from .claim import loads
 from .enqueue import CONFLICT_ROUNDS, require_sync
-from .limits import Limits, held_swaps
+from .limits import Limits, cancelled_sql, swaps
 from .roundtrip import transaction
 
 ARCHIVE_BATCH = 10_000
@@ -55,12 +55,12 @@ def archive(
     `failed_older_than` ago (by their run_at, which the statements that fail a job set
     to when it failed), at most `batch` per statement, until none is left; returns how
     many."""
-    name = "archive_move" if to_table else "archive_delete"
+    text = cancelled_sql(conn, "archive_move" if to_table else "archive_delete")
     params = {"older_than": older_than, "failed_older_than": failed_older_than,
               "limit": batch, "now": now}
     total = 0
     while True:
-        moved = sql.run(conn, name, params).rowcount
+        moved = sql.execute(conn, text, params).rowcount
         total += moved
         # Fewer rows than the limit means no more are old enough this round.
         if moved < batch:
@@ -83,7 +83,7 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
     if not limited:
         return plain
     rows = json.dumps([lim.fields for lim in limited])
-    text = sql.variant("due_limited", **held_swaps(sql.features(conn).held))
+    text = sql.variant("due_limited", **swaps(sql.features(conn)))
     with transaction(conn, no_jit=True):  # at the first statement's time: one moment
         cursor = sql.execute(conn, text, {"limits": rows, "now": now or plain.now})
     run_at, lease_end = cursor.fetchall()[0]
@@ -167,17 +167,21 @@ def requeue(
     key is held stays failed (`held`).
     A new holder committed meanwhile makes the update fail on the unique index: it is
     undone to a savepoint, and the jobs looked at again."""
-    params: dict[str, object] = {"queue": queue, "ids": list(ids)}
+    params: dict[str, object] = {"queue": queue, "ids": list(ids), "now": None}
     for _ in range(CONFLICT_ROUNDS):
         held = dict(sql.rows(conn, "requeue_held", params)) if sql.features(conn).key else {}
         try:
             with sql.transaction(conn):
-                rows = sql.rows(conn, "requeue", {**params, "skip": list(held)})
+                rows = sql.execute(conn, cancelled_sql(conn, "requeue"),
+                                   {**params, "skip": list(held)}).fetchall()
         except BadInput as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 continue
             raise
-        waiting = dict(sql.rows(conn, "requeue_waiting", params)) if ids else {}
+        waiting: dict[int, datetime] = {}
+        if ids:
+            text = cancelled_sql(conn, "requeue_waiting")
+            waiting = dict(sql.execute(conn, text, params).fetchall())
         return Requeued((row[0] for row in rows), held, waiting)
     raise DrainerError("requeue: the keys of these jobs kept being taken; nothing was requeued")
 
@@ -188,4 +192,5 @@ def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
     writes afterwards changes nothing, and its `job.cancelled` is set at the worker's
     next heartbeat; the job keeps its limits' places until the worker sees the handler
     end (let_go) or the claim's lease ends."""
-    return sorted(row[0] for row in sql.rows(conn, "cancel", {"ids": list(ids)}))
+    found = sql.execute(conn, cancelled_sql(conn, "cancel"), {"ids": list(ids), "now": None})
+    return sorted(row[0] for row in found.fetchall())

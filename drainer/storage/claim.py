@@ -18,7 +18,7 @@ from psycopg.types.json import JsonbLoader
 from ..errors import translated
 from ..model import Job, Undecodable
 from . import sql
-from .limits import Limits, held_swaps
+from .limits import Limits, swaps
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,12 @@ MANY_QUEUES = 8
 
 
 @lru_cache(maxsize=8)
-def limited_sql(given_now: bool = False, grouped: bool = True, held: bool = True) -> str:
+def limited_sql(given_now: bool = False, grouped: bool = True,
+                known: sql.Features | None = None) -> str:
     """The claim of queues with limits (a migrated table: priorities and meta), which
     records the starts its rate limits count; without `grouped` (no queue of the
-    claim has per_group), without the per-group arm; without `held` (a schema before
-    migration 10), counting no job cancelled while running.
+    claim has per_group), without the per-group arm; `known`: the schema, when it may
+    lack what counts the jobs cancelled while running (limits.swaps).
 
     Without `given_now`, its time is statement_timestamp(), read when the claim
     starts, after limits_lock granted the locks: now() is when the transaction began,
@@ -54,7 +55,7 @@ def limited_sql(given_now: bool = False, grouped: bool = True, held: bool = True
     arms = {} if grouped else {"limited_arms": "limited_free"}
     text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
                        claim_no_starts="claim_starts", claim_payload="claim_payload_bounded",
-                       **arms, **held_swaps(held))
+                       **arms, **({} if known is None else swaps(known)))
     return text if given_now else text.replace("coalesce(%(now)s, now())",
                                                "statement_timestamp()")
 
@@ -106,7 +107,7 @@ def limited_claim(conn: psycopg.Connection, spec: Claim, now: datetime | None
     rated = [lim.queue for lim in spec.limited if lim.rate is not None]
     grouped = any(lim.per_group is not None for lim in spec.limited)
     sql.run(conn, "limits_lock", {"limits": rows, "now": now})
-    return send_claim(conn, limited_sql(now is not None, grouped, sql.features(conn).held),
+    return send_claim(conn, limited_sql(now is not None, grouped, sql.features(conn)),
                       {"limits": rows, "rated": rated, "take": spec.take}, spec.lease, now)
 
 

@@ -9,12 +9,25 @@ plain claims differ by batch size in their LIMIT only, written for a batch of BA
 """
 
 import sys
+from dataclasses import fields, replace
 from itertools import product
 
+from . import sql
 from .claim import claim_sql, limited_sql
 
 BATCH = 100  # the batch size written into the plain claims' LIMIT (any size: its literal)
 REGENERATE = "python -m drainer.storage.claim_text > drainer/storage/queries/claims.generated.sql"
+
+
+_MIGRATED = sql.Features(*(True,) * len(fields(sql.Features)))
+# What a limited claim counts of the jobs cancelled while running, by the schema's last
+# migration: their column (11), only their kept leases (10), none of them (before 10).
+SCHEMAS: dict[str, sql.Features | None] = {
+    "before migration 10": replace(_MIGRATED, cancelled_running_index=False,
+                                   cancelled_running=False),
+    "migration 10": replace(_MIGRATED, cancelled_running=False),
+    "migration 11": None,
+}
 
 
 def _yes(flag: bool, what: str) -> str:
@@ -29,10 +42,10 @@ def variants() -> dict[str, str]:
                           _yes(meta, "meta"), "given now" if given_now else "database now",
                           "many queues" if many else "few queues"])
         found[name] = claim_sql(BATCH, by_priority, meta, given_now, many)
-    for given_now, grouped, held in product((False, True), repeat=3):
+    for (given_now, grouped), schema in product(product((False, True), repeat=2), SCHEMAS):
         name = ", ".join(["limited", "given now" if given_now else "statement time",
-                          _yes(grouped, "groups"), _yes(held, "held places")])
-        found[name] = limited_sql(given_now, grouped, held)
+                          _yes(grouped, "groups"), schema])
+        found[name] = limited_sql(given_now, grouped, SCHEMAS[schema])
     return found
 
 

@@ -85,12 +85,29 @@ class Fill(TypedDict):
     held: int  # ready jobs that cannot start now for a limit
 
 
-def held_swaps(held: bool) -> dict[str, str]:
-    """The parts a limited statement swaps for the schema: without migration 10's index
-    of the jobs cancelled while running (`held`), none of them holds a place, as
-    counting them would read every failed job at each claim."""
-    return {} if held else {"limit_held": "held_none", "group_held": "held_none",
-                            "limit_held_until": "held_until_none"}
+def swaps(known: sql.Features) -> dict[str, str]:
+    """The parts a statement that reads the jobs cancelled while running swaps for the
+    schema: without migration 11's column, their form before it (the lease kept); and
+    without migration 10's index, none of them holds a place under a limit, as counting
+    them would read every failed job at each claim."""
+    found = {} if known.cancelled_running else {
+        "cancelled_running": "cancelled_running_unmigrated",
+        "cancelled_running_end": "cancelled_running_end_unmigrated"}
+    if not known.cancelled_running_index:
+        found |= {"limit_cancelled_running": "cancelled_running_none",
+                  "group_cancelled_running": "cancelled_running_none",
+                  "limit_cancelled_running_until": "cancelled_running_until_none"}
+    return found
+
+
+def cancelled_sql(conn: psycopg.Connection, name: str) -> str:
+    """Statement `name`, which reads or writes the jobs cancelled while running, for
+    this schema: its parts swapped (swaps), and without migration 11's column, its
+    twin `name`_unmigrated where it writes one."""
+    known = sql.features(conn)
+    if not known.cancelled_running and f"{name}_unmigrated" in sql.QUERIES:
+        name += "_unmigrated"
+    return sql.variant(name, **swaps(known))
 
 
 def fills(conn: psycopg.Connection) -> list[Fill]:
@@ -99,8 +116,8 @@ def fills(conn: psycopg.Connection) -> list[Fill]:
     if not sql.features(conn).limits:
         return []
     found: list[Fill] = []
-    text = sql.variant("stats_limits", **held_swaps(sql.features(conn).held))
-    for row in sql.execute(conn, text).fetchall():
+    text = sql.variant("stats_limits", **swaps(sql.features(conn)))
+    for row in sql.execute(conn, text, {"now": None}).fetchall():
         queue, concurrency, per_group, rate, per, running, started, ready, grouped = row
         room = min((left for left in (None if concurrency is None else concurrency - running,
                                       None if rate is None else rate - started)

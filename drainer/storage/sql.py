@@ -206,8 +206,8 @@ class Features:
     created the version table, the archive table, the done_at column, the priority
     column (and the ready index that orders by it), unique keys (the key column and
     its unique index, which ON CONFLICT needs), the result and meta columns, the
-    schedules table, flow control's table of starts, and the index of jobs cancelled
-    while running."""
+    schedules table, flow control's table of starts, the index of jobs cancelled
+    while running and their column."""
 
     versioned: bool
     archive: bool
@@ -218,7 +218,8 @@ class Features:
     meta: bool
     schedules: bool
     limits: bool
-    held: bool  # migration 10: the index of jobs cancelled while running (limit_held)
+    cancelled_running_index: bool  # migration 10: jobs_held_idx (limit_cancelled_running)
+    cancelled_running: bool  # migration 11: the cancelled_running_until column
     scheduled: bool  # the schedules table ever held a row (statistics: may lag)
 
 

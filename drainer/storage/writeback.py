@@ -1,6 +1,6 @@
 """Writing back what a batch's handlers did, and the heartbeat: `complete`, `fail`
 and `release` (each the guarded batch write, `roundtrip.settle`), `settle_again` after
-a lost answer, `extend` and `hold` (leases), `let_go` (places under limits). Every
+a lost answer, `extend` and `extend_cancelled` (leases), `let_go` (places under limits). Every
 write is guarded by the claim's token (id and attempts): a worker changes only a job
 it still owns.
 """
@@ -14,6 +14,7 @@ from ..db import storable
 from ..model import Failure, Failures, Job, Settled, Token, as_setback
 from . import sql
 from .claim import Claim
+from .limits import cancelled_sql
 from .roundtrip import literal, pairs, settle
 
 
@@ -46,10 +47,11 @@ def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
 def let_go(conn: psycopg.Connection, jobs: Sequence[Job], *,
            now: datetime | None = None) -> int:
     """Free the places under their limits of claims cancelled while running, once their
-    handler is known to have ended (or never began): `cancel` holds them until the
+    handler is known to have ended (or never began): `cancel` keeps them until the
     claim's lease ends, since the handler may run on. How many it freed. Guarded by
     the claims' tokens: safe to send again, and no later claim of a job is touched."""
-    return sql.run(conn, "let_go", {**pairs(jobs), "now": now}).rowcount
+    return sql.execute(conn, cancelled_sql(conn, "let_go"), {**pairs(jobs), "now": now}
+                       ).rowcount
 
 
 def extend(
@@ -73,12 +75,13 @@ def extend_claims(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelt
     return {(row[0], row[1]) for row in sql.rows(conn, "extend", params)}
 
 
-def hold(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelta, *,
-         now: datetime | None = None) -> int:
+def extend_cancelled(conn: psycopg.Connection, jobs: Sequence[Job], lease: timedelta, *,
+                     now: datetime | None = None) -> int:
     """The heartbeat of claims cancelled while running whose handler still runs here:
-    the lease cancel kept for each (its places under its limits) is extended, as a
-    running job's. How many were."""
-    return sql.run(conn, "hold", {**pairs(jobs), "lease": lease, "now": now}).rowcount
+    the end of their places under their limits is pushed on, as a running job's lease
+    is. How many were."""
+    params = {**pairs(jobs), "lease": lease, "now": now}
+    return sql.execute(conn, cancelled_sql(conn, "extend_cancelled"), params).rowcount
 
 
 def settle_again(

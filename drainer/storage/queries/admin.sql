@@ -24,7 +24,8 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 -- migration 6's priority column and unique keys (the key column and its index), and
 -- migration 7's result column, migration 6's meta column, migration 8's schedules
 -- table, migration 9's flow control (its table of starts), migration 10's index of
--- jobs cancelled while running, and whether it ever held a row (by the statistics, which may lag a moment: a
+-- jobs cancelled while running, migration 11's column of them (cancelled_running), and
+-- whether the schedules table ever held a row (by the statistics, which may lag a moment: a
 -- drain with no schedule declared reads the table only then, so a database that never
 -- used schedules pays no statement for them).
 SELECT to_regclass('drainer_schema') IS NOT NULL,
@@ -37,6 +38,7 @@ SELECT to_regclass('drainer_schema') IS NOT NULL,
        to_regclass('drainer_schedules') IS NOT NULL,
        to_regclass('drainer_starts') IS NOT NULL,
        to_regclass('jobs_held_idx') IS NOT NULL,
+       'cancelled_running_until' = ANY (c.names),
        coalesce((SELECT n_tup_ins + n_live_tup > 0 FROM pg_stat_user_tables
                  WHERE relid = to_regclass('drainer_schedules')), false)
 FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
@@ -87,7 +89,7 @@ WITH t(now) AS (SELECT coalesce(%(now)s, now())), l AS (
        AND run_at > t.now AND run_at < '9999-01-01') AS later,
     least((SELECT min(locked_until) FROM jobs WHERE queue = l.queue AND status = 'running'
              AND locked_until < '9999-01-01'),
-          (:limit_held_until)) AS leased
+          (:limit_cancelled_running_until)) AS leased
   FROM l, t
 )
 SELECT min(CASE WHEN s.token >= '9999-01-01' THEN NULL
@@ -125,8 +127,7 @@ FROM s;
 UNION ALL
 (SELECT id FROM jobs
  WHERE status = 'failed' AND run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
-   AND (locked_until IS NULL OR locked_until <= coalesce(%(now)s, now())
-        OR locked_until >= '9999-01-01')
+   AND (:cancelled_running) IS NOT TRUE
  LIMIT %(limit)s)
 LIMIT %(limit)s;
 
@@ -135,9 +136,7 @@ LIMIT %(limit)s;
 -- expression, not a statement, for the WHERE of the statements that include it.
 CASE status WHEN 'done' THEN created_at < coalesce(%(now)s, now()) - %(older_than)s
             WHEN 'failed' THEN run_at < coalesce(%(now)s, now()) - %(failed_older_than)s
-                               AND (locked_until IS NULL
-                                    OR locked_until <= coalesce(%(now)s, now())
-                                    OR locked_until >= '9999-01-01')
+                               AND (:cancelled_running) IS NOT TRUE
             ELSE false END;
 
 -- name: archive_move
@@ -221,7 +220,7 @@ FROM d, t;
 -- attempts is never lowered, so no claim's token (id, attempts) is ever issued twice
 -- and a stale worker still holding an old one can change nothing. The old error goes
 -- with the old budget. A queue's requeue leaves cancelled jobs alone; by id they come back.
--- A job cancelled while running stays failed while its lease runs (see cancel): its old
+-- A job cancelled while running stays failed while it is cancelled_running: its old
 -- handler may run until then, and a job must not run twice at once, nor leave its place
 -- under its limits (a queued job holds none) while that handler runs (requeue_waiting).
 UPDATE jobs
@@ -231,15 +230,14 @@ WHERE status = 'failed'
   AND (id = ANY(%(ids)s::bigint[])
        OR (queue = %(queue)s AND last_error IS DISTINCT FROM 'cancelled'))
   AND id <> ALL(%(skip)s::bigint[])
-  AND (locked_until IS NULL OR locked_until <= now() OR locked_until >= '9999-01-01')
+  AND (:cancelled_running) IS NOT TRUE
 RETURNING id;
 
 -- name: requeue_waiting
--- The jobs of these ids `requeue` left failed as their place is still held (cancelled
--- while running, their lease not ended), with when their lease ends.
-SELECT id, locked_until FROM jobs
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'failed' AND locked_until > now()
-  AND locked_until < '9999-01-01'
+-- The jobs of these ids `requeue` left failed as they are cancelled_running, with when
+-- they leave that state at the latest.
+SELECT id, (:cancelled_running_end) FROM jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND (:cancelled_running)
 ORDER BY id;
 
 -- name: requeue_held
@@ -267,18 +265,33 @@ ORDER BY id;
 -- attempts stays as it is: a running job's worker then finds it no longer its own
 -- (its heartbeat, completion or failure changes nothing), and a later requeue's
 -- claim gets a token that worker never held. run_at becomes now, when it was cancelled:
--- archiving judges a failed job's age by it. A running job keeps its lease
--- (locked_until): its handler may run on until its worker sees the cancel and the
--- handler ends (let_go); while it runs, the worker's heartbeats go on extending that
--- lease (hold), and if the worker is gone, the lease runs out. Until then its limits
--- count it (limit_held) and neither requeue nor archiving takes it. A lease that ended
--- already, or one no time ends (another producer's), is not kept, nor counted.
+-- archiving judges a failed job's age by it. A running job whose lease is live becomes
+-- cancelled_running until that lease's end: its handler may run on until its worker
+-- sees the cancel and the handler ends (let_go); while it runs, the worker's heartbeats
+-- push that end on (extend_cancelled), and if the worker is gone, it comes. Until then
+-- its limits count it (limit_cancelled_running) and neither requeue nor archiving takes
+-- it. The lease stays too, for the drainers of releases before migration 11 (which read
+-- only that form) during an upgrade. A lease that ended already, or one no time ends
+-- (another producer's), is not kept, nor counted.
 UPDATE jobs
 SET status = 'failed', last_error = 'cancelled', run_at = now(),
-    locked_until = CASE WHEN status = 'running' AND locked_until > now()
-                             AND locked_until < '9999-01-01' THEN locked_until END
+    cancelled_running_until = (:cancel_kept_lease),
+    locked_until = (:cancel_kept_lease)
 WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
 RETURNING id;
+
+-- name: cancel_unmigrated
+-- cancel on a schema without migration 11: the lease kept alone marks the state.
+UPDATE jobs
+SET status = 'failed', last_error = 'cancelled', run_at = now(),
+    locked_until = (:cancel_kept_lease)
+WHERE status IN ('queued', 'running') AND id = ANY(%(ids)s::bigint[])
+RETURNING id;
+
+-- name: cancel_kept_lease
+-- (An expression on the row cancel withdraws.) The end of its places: a running job's
+-- live lease, else none.
+CASE WHEN status = 'running' AND (:lease_live) THEN locked_until END;
 
 -- name: limits_record
 -- The limits the drain's code declares for its queues (%(limits)s), for `stats` and

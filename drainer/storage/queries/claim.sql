@@ -104,12 +104,12 @@ ORDER BY hashtext(l.queue), l.queue;
 -- counts, each bounded: the group's running jobs (few), and its queued jobs before j
 -- read in id order from jobs_group_idx, at most per_group of them (one count of both
 -- together read the group's whole backlog for every job it looked at). Its jobs
--- cancelled while running count as running ones until their lease ends (group_held).
+-- cancelled while running count as running ones (group_cancelled_running).
 l.per_group IS NULL OR NOT j.meta ? 'group' OR (
   (SELECT count(*) FROM jobs g
    WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
      AND g.meta ->> 'group' = j.meta ->> 'group')
-  + (:group_held)
+  + (:group_cancelled_running)
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
@@ -119,41 +119,72 @@ l.per_group IS NULL OR NOT j.meta ? 'group' OR (
 
 -- name: limit_running
 -- (A subquery.) Limited queue l's running jobs, a crashed worker's until reaped, and
--- those cancelled while running until their lease ends (limit_held). Two counts, not
+-- those cancelled while running (limit_cancelled_running). Two counts, not
 -- one with OR: that one is a bitmap scan, which cannot skip the index entries of rows
 -- a drain has finished with (thousands, until vacuum), and took 0.8 ms a claim of 50
 -- against 0.5.
 SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-     + (:limit_held);
+     + (:limit_cancelled_running);
 
--- name: held
--- (An expression.) Whether job h of limited queue l was cancelled while running and
--- its lease has not ended: cancel keeps it (locked_until) as the mark of a handler
--- that may run on, until its worker lets it go (let_go). Found by jobs_held_idx
--- (migration 10); no other failed job has a lease (one no time ends is none).
-h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01';
+-- name: cancelled_running
+-- (A condition on a row of jobs, at the statement's time.) The fifth state: a job
+-- cancelled while running, whose handler may still run in its worker. It is `failed`
+-- (no other status exists) and keeps its places under its queue's and group's limits
+-- until cancelled_running_until (migration 11), which cancel sets to the claim's lease
+-- end, the worker's heartbeat pushes on (extend_cancelled), and let_go clears once the
+-- handler ended. Also in the form releases before migration 11 write, read for this
+-- release only: `failed` with the claim's lease kept (cancelled_running_before_11).
+-- NULL where its columns are: negate it with IS NOT TRUE. Found by
+-- jobs_cancelled_running_idx, which holds both forms (jobs_held_idx before migration 11).
+status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR (:cancelled_running_before_11));
 
--- name: limit_held
--- (A subquery.) Limited queue l's held jobs. Before migration 10, limited_sql, due and
--- stats swap in held_none (storage.limits.held_swaps).
-SELECT count(*) FROM jobs h WHERE (:held);
+-- name: cancelled_running_before_11
+-- (A condition.) cancelled_running in the form a release before migration 11 writes,
+-- and the only one a schema without the column has: a failed job whose lease is kept
+-- and live (no other failed job has a lease).
+(:lease_live);
 
--- name: group_held
--- (A subquery.) limit_held for queued job j's group.
+-- name: cancelled_running_unmigrated
+-- (A condition.) cancelled_running on a schema without migration 11 (storage.limits.swaps).
+status = 'failed' AND (:cancelled_running_before_11);
+
+-- name: lease_live
+-- (A condition on a row of jobs.) Its lease has not ended: a running job's is its
+-- claim's; one no time ends (another producer's, past year 9998) is none.
+locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01';
+
+-- name: cancelled_running_end
+-- (An expression on a row that is cancelled_running.) When it leaves that state at the
+-- latest: the later end of its two forms (an ended lease counts as none).
+greatest(cancelled_running_until, CASE WHEN (:lease_live) THEN locked_until END);
+
+-- name: cancelled_running_end_unmigrated
+-- (An expression.) cancelled_running_end on a schema without migration 11.
+locked_until;
+
+-- name: limit_cancelled_running
+-- (A subquery.) Limited queue l's jobs cancelled while running. Before migration 10,
+-- limited_sql, due and stats swap in cancelled_running_none (storage.limits.swaps).
+SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (:cancelled_running);
+
+-- name: group_cancelled_running
+-- (A subquery.) limit_cancelled_running for queued job j's group.
 SELECT count(*) FROM jobs h
-WHERE (:held) AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group';
+WHERE h.queue = l.queue AND (:cancelled_running)
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group';
 
--- name: limit_held_until
--- (A subquery.) When limit_held's first lease ends.
-SELECT min(h.locked_until) FROM jobs h WHERE (:held);
+-- name: limit_cancelled_running_until
+-- (A subquery.) When the first of limit_cancelled_running's jobs leaves that state.
+SELECT min((:cancelled_running_end)) FROM jobs h WHERE h.queue = l.queue AND (:cancelled_running);
 
--- name: held_none
--- (A subquery.) limit_held and group_held on a schema before migration 10: none.
+-- name: cancelled_running_none
+-- (A subquery.) limit_cancelled_running and group_cancelled_running on a schema before
+-- migration 10: none (counting them would read every failed job at each claim).
 SELECT 0;
 
--- name: held_until_none
--- (A subquery.) limit_held_until on a schema before migration 10: never.
+-- name: cancelled_running_until_none
+-- (A subquery.) limit_cancelled_running_until on a schema before migration 10: never.
 SELECT NULL::timestamptz;
 
 -- name: limit_window_starts

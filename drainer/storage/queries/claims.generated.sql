@@ -738,7 +738,7 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, statement time, no groups, no held places
+-- variant: limited, statement time, no groups, before migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -783,7 +783,7 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, statement time, no groups, held places
+-- variant: limited, statement time, no groups, migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -792,8 +792,7 @@ FROM jsonb_to_recordset(%(limits)s::jsonb)
 CROSS JOIN (SELECT statement_timestamp() AS now) AS t
 CROSS JOIN LATERAL (
   SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-     + (SELECT count(*) FROM jobs h WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01'))),
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > statement_timestamp() AND locked_until < '9999-01-01'))))),
                            l.rate - (SELECT count(*) FROM drainer_starts s
 WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
 ) AS n
@@ -829,7 +828,53 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, statement time, groups, no held places
+-- variant: limited, statement time, no groups, migration 11
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT statement_timestamp() AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS c
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN statement_timestamp() + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, statement_timestamp() FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, statement time, groups, before migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -932,7 +977,7 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, statement time, groups, held places
+-- variant: limited, statement time, groups, migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -941,8 +986,7 @@ FROM jsonb_to_recordset(%(limits)s::jsonb)
 CROSS JOIN (SELECT statement_timestamp() AS now) AS t
 CROSS JOIN LATERAL (
   SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-     + (SELECT count(*) FROM jobs h WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01'))),
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > statement_timestamp() AND locked_until < '9999-01-01'))))),
                            l.rate - (SELECT count(*) FROM drainer_starts s
 WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
 ) AS n
@@ -963,8 +1007,8 @@ ORDER BY priority DESC, run_at LIMIT 500))
    WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
      AND g.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM jobs h
-WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01') AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > statement_timestamp() AND locked_until < '9999-01-01')))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
@@ -1002,8 +1046,8 @@ SELECT h.id FROM g CROSS JOIN LATERAL (
    WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
      AND g.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM jobs h
-WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01') AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > statement_timestamp() AND locked_until < '9999-01-01')))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
@@ -1040,7 +1084,117 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, given now, no groups, no held places
+-- variant: limited, statement time, groups, migration 11
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT statement_timestamp() AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT * FROM (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS free
+UNION ALL
+SELECT * FROM (
+  WITH first AS (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE l.per_group IS NOT NULL AND j.id = ANY(ARRAY(SELECT id FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+ORDER BY priority DESC, run_at LIMIT 500))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room
+    FOR UPDATE SKIP LOCKED)
+  SELECT * FROM first
+  UNION ALL
+  SELECT * FROM (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
+      AND (EXISTS (SELECT FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+        ORDER BY priority DESC, run_at OFFSET 500))
+      AND j.id = ANY(ARRAY(WITH RECURSIVE g(name) AS (
+  (SELECT meta ->> 'group' FROM jobs
+   WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+   ORDER BY meta ->> 'group' LIMIT 1)
+  UNION ALL
+  SELECT (SELECT meta ->> 'group' FROM jobs
+          WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+            AND meta ->> 'group' > g.name
+          ORDER BY meta ->> 'group' LIMIT 1)
+  FROM g WHERE g.name IS NOT NULL
+)
+SELECT h.id FROM g CROSS JOIN LATERAL (
+  SELECT id FROM jobs
+  WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+    AND meta ->> 'group' = g.name
+  ORDER BY id LIMIT l.per_group) AS h)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room - (SELECT count(*) FROM first)
+    FOR UPDATE SKIP LOCKED) AS heads
+) AS grouped) AS c
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN statement_timestamp() + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, statement_timestamp() FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, given now, no groups, before migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -1085,7 +1239,7 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, given now, no groups, held places
+-- variant: limited, given now, no groups, migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -1094,8 +1248,7 @@ FROM jsonb_to_recordset(%(limits)s::jsonb)
 CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
 CROSS JOIN LATERAL (
   SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-     + (SELECT count(*) FROM jobs h WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01'))),
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01'))))),
                            l.rate - (SELECT count(*) FROM drainer_starts s
 WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
 ) AS n
@@ -1131,7 +1284,53 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, given now, groups, no held places
+-- variant: limited, given now, no groups, migration 11
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS c
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, given now, groups, before migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -1234,7 +1433,7 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
--- variant: limited, given now, groups, held places
+-- variant: limited, given now, groups, migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
 FROM jsonb_to_recordset(%(limits)s::jsonb)
@@ -1243,8 +1442,7 @@ FROM jsonb_to_recordset(%(limits)s::jsonb)
 CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
 CROSS JOIN LATERAL (
   SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
-     + (SELECT count(*) FROM jobs h WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01'))),
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01'))))),
                            l.rate - (SELECT count(*) FROM drainer_starts s
 WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
 ) AS n
@@ -1265,8 +1463,8 @@ ORDER BY priority DESC, run_at LIMIT 500))
    WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
      AND g.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM jobs h
-WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01') AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01')))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
@@ -1304,8 +1502,118 @@ SELECT h.id FROM g CROSS JOIN LATERAL (
    WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
      AND g.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM jobs h
-WHERE (h.queue = l.queue AND h.status = 'failed' AND h.locked_until > t.now
-  AND h.locked_until < '9999-01-01') AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01')))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room - (SELECT count(*) FROM first)
+    FOR UPDATE SKIP LOCKED) AS heads
+) AS grouped) AS c
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, given now, groups, migration 11
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT * FROM (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS free
+UNION ALL
+SELECT * FROM (
+  WITH first AS (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE l.per_group IS NOT NULL AND j.id = ANY(ARRAY(SELECT id FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+ORDER BY priority DESC, run_at LIMIT 500))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room
+    FOR UPDATE SKIP LOCKED)
+  SELECT * FROM first
+  UNION ALL
+  SELECT * FROM (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
+      AND (EXISTS (SELECT FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+        ORDER BY priority DESC, run_at OFFSET 500))
+      AND j.id = ANY(ARRAY(WITH RECURSIVE g(name) AS (
+  (SELECT meta ->> 'group' FROM jobs
+   WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+   ORDER BY meta ->> 'group' LIMIT 1)
+  UNION ALL
+  SELECT (SELECT meta ->> 'group' FROM jobs
+          WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+            AND meta ->> 'group' > g.name
+          ORDER BY meta ->> 'group' LIMIT 1)
+  FROM g WHERE g.name IS NOT NULL
+)
+SELECT h.id FROM g CROSS JOIN LATERAL (
+  SELECT id FROM jobs
+  WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+    AND meta ->> 'group' = g.name
+  ORDER BY id LIMIT l.per_group) AS h)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
   + (SELECT count(*) FROM (
        SELECT FROM jobs g
        WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'

@@ -171,3 +171,22 @@ CREATE TABLE IF NOT EXISTS drainer_limits (
 -- queue, for every limited claim, without reading the failed jobs.
 CREATE INDEX IF NOT EXISTS jobs_held_idx ON jobs (queue, locked_until)
 WHERE status = 'failed' AND locked_until IS NOT NULL;
+
+-- migration: 11  flow control: the jobs cancelled while running, a column of their own
+-- cancelled_running_until: until when a job cancelled while running keeps its places
+-- under its limits (its handler may run on); NULL for every other job. Before it, the
+-- mark was the claim's lease kept on the failed row: such rows are backfilled, and
+-- cancel still keeps the lease too while drainers of an older release may read it.
+-- A nullable column without a default: no table rewrite. Its index holds those rows in
+-- either form, by queue, for every limited claim: one index scan of a few entries
+-- (with one index per form, the count was a BitmapOr of both, per job a per-group
+-- claim looks at: 12% more time for such a claim of 50 among 100,000 jobs).
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS cancelled_running_until timestamptz;
+
+UPDATE jobs SET cancelled_running_until = locked_until
+WHERE status = 'failed' AND locked_until > now() AND locked_until < '9999-01-01'
+  AND cancelled_running_until IS NULL;
+
+CREATE INDEX IF NOT EXISTS jobs_cancelled_running_idx
+ON jobs (queue, cancelled_running_until, locked_until)
+WHERE status = 'failed' AND (cancelled_running_until IS NOT NULL OR locked_until IS NOT NULL);

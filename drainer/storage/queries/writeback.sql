@@ -78,17 +78,26 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.id = t.id AND j.status = t.status AND j.attempts = t.attempts
 RETURNING j.id, j.attempts;
 
--- name: hold
+-- name: extend_cancelled
 -- The heartbeat of claims cancelled while running whose handler still runs in this
--- worker: the lease cancel kept for them (the mark that their limits count them) is
--- extended, as a running job's is, so their places stay held while the handler runs.
--- Guarded by the claim's token and by the mark; a lease no time ends is none.
+-- worker: cancelled_running_until is pushed on, as a running job's lease is, so they
+-- keep their places while the handler runs; the kept lease too, for the drainers of
+-- releases before migration 11 (which read only that form) during an upgrade. Guarded
+-- by the claim's token and by the state: one that ended is not revived.
+UPDATE jobs j
+SET cancelled_running_until = coalesce(%(now)s, now()) + %(lease)s,
+    locked_until = coalesce(%(now)s, now()) + %(lease)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
+  AND (:cancelled_running);
+
+-- name: extend_cancelled_unmigrated
+-- extend_cancelled on a schema without migration 11: the kept lease only.
 UPDATE jobs j
 SET locked_until = coalesce(%(now)s, now()) + %(lease)s
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
-  AND j.status = 'failed' AND j.locked_until IS NOT NULL
-  AND j.locked_until < '9999-01-01';
+  AND (:cancelled_running_unmigrated);
 
 -- name: landed
 -- After a write-back whose answer was lost with the session, which of its writes had
@@ -114,11 +123,19 @@ WHERE j.id = ANY(%(ids)s::bigint[])
              AND j.locked_until IS NULL END;
 
 -- name: let_go
--- Claims cancelled while running (they keep their lease: see cancel) whose handler has
--- ended in their worker, or never began: their limits' places free now. Only a job
--- failed since that claim, with its lease kept, changes.
+-- Claims cancelled while running whose handler has ended in their worker, or never
+-- began: they leave cancelled_running, and their limits' places free now (both of its
+-- forms are cleared). Only a job in that state since that claim (its token) changes.
+UPDATE jobs j
+SET cancelled_running_until = NULL, locked_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
+  AND (:cancelled_running);
+
+-- name: let_go_unmigrated
+-- let_go on a schema without migration 11: the kept lease alone.
 UPDATE jobs j
 SET locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
-  AND j.status = 'failed' AND j.locked_until IS NOT NULL;
+  AND (:cancelled_running_unmigrated);
