@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The named statements, a file per role; a break names its statement, not its file.
 QUERIES = "drainer/storage/queries"
+SCHEMA = f"{QUERIES}/schema.sql"
 # Not copied: what is not the tree's own, or is big and rebuilt on demand.
 IGNORED = shutil.ignore_patterns(".git", ".venv", "venv", "__pycache__", "*.egg-info",
                                  ".drainer", ".pytest_cache", ".mypy_cache",
@@ -114,6 +115,7 @@ TAKEOVER = "tests/test_lifecycle.py::test_stale_completion_after_takeover_change
 GUARDED = "tests/test_lifecycle.py::test_complete_is_guarded_by_attempts"
 LIMITED_PRIORITY = "tests/test_limits.py::test_a_limited_claim_takes_higher_priority_first"
 GROUP_PRIORITY = "tests/test_limits.py::test_a_group_limited_claim_takes_higher_priority_first"
+CANCELLED = "tests/test_cancelled_running.py"
 
 
 def _breaks() -> list[Break]:
@@ -121,6 +123,7 @@ def _breaks() -> list[Break]:
     skip = guards | {"skip-locked"}
     attempts = guards | {"attempts"}
     priority = guards | {"priority"}
+    cancelled = frozenset({"cancelled-running"})
     return [
         Break("skip-locked-claim-oldest", "the plain claim on a table without priorities "
               "waits for locked rows", (sql("claim_oldest", "SKIP LOCKED", ""),),
@@ -185,6 +188,35 @@ def _breaks() -> list[Break]:
                                           "true"),),
               ("tests/test_schedules.py::test_the_slot_advance_refuses_a_stale_read",),
               guards | {"schedules"}),
+        Break("cancelled-running-column", "a job cancelled while running is not read by its "
+              "column (cancelled_running_until)",
+              (sql("cancelled_running", "cancelled_running_until > coalesce(%(now)s, now())",
+                   "false"),),
+              (f"{CANCELLED}::test_the_column_alone_keeps_the_places_until_its_time",),
+              cancelled),
+        Break("cancelled-running-old-form", "a job an older release cancelled (its lease "
+              "kept) is not read as cancelled while running",
+              (sql("cancelled_running", "OR (:cancelled_running_before_11)", "OR false"),),
+              (f"{CANCELLED}::test_an_old_drainers_writes_are_read_as_cancelled_running",),
+              cancelled),
+        Break("cancelled-running-unmigrated", "on a schema without migration 11, a job "
+              "cancelled while running is not read as such",
+              (sql("cancelled_running_unmigrated", "AND (:cancelled_running_before_11)",
+                   "AND false"),),
+              (f"{CANCELLED}::test_a_schema_without_the_migration_keeps_working_as_before",),
+              cancelled),
+        Break("cancelled-running-lease-live", "a lease that ended, or one no time ends, "
+              "marks a job cancelled while running",
+              (sql("lease_live", " AND locked_until < '9999-01-01'", ""),
+               sql("lease_live", "locked_until > coalesce(%(now)s, now())",
+                   "locked_until IS NOT NULL")),
+              (f"{CANCELLED}::test_a_job_another_producer_left_failed_with_a_lease_is_not_"
+               "backfilled_past_it",), cancelled),
+        Break("cancelled-running-backfill", "migration 11 leaves the rows of the old form "
+              "without the column", (Edit(SCHEMA, "SET cancelled_running_until = locked_until",
+                                          "SET cancelled_running_until = NULL"),),
+              (f"{CANCELLED}::test_a_row_cancelled_in_the_old_form_is_backfilled_and_keeps_"
+               "its_places",), cancelled),
         Break("limits-lock", "two drainers count a limit's room at once (no advisory lock)",
               (sql("limits_lock", "pg_advisory_xact_lock(", "("),),
               ("tests/test_limits.py::test_a_claim_sees_what_committed_while_it_waited_even_"
