@@ -20,7 +20,7 @@ from ..model import Due, Requeued, Undecodable
 from . import sql
 from .claim import loads
 from .enqueue import CONFLICT_ROUNDS, require_sync
-from .limits import Limits, cancelled_sql, swaps
+from .limits import Limits, cancelled_run, swaps
 from .roundtrip import transaction
 
 ARCHIVE_BATCH = 10_000
@@ -55,12 +55,12 @@ def archive(
     `failed_older_than` ago (by their run_at, which the statements that fail a job set
     to when it failed), at most `batch` per statement, until none is left; returns how
     many."""
-    text = cancelled_sql(conn, "archive_move" if to_table else "archive_delete")
+    name = "archive_move" if to_table else "archive_delete"
     params = {"older_than": older_than, "failed_older_than": failed_older_than,
               "limit": batch, "now": now}
     total = 0
     while True:
-        moved = sql.execute(conn, text, params).rowcount
+        moved = cancelled_run(conn, name, params).rowcount
         total += moved
         # Fewer rows than the limit means no more are old enough this round.
         if moved < batch:
@@ -172,16 +172,14 @@ def requeue(
         held = dict(sql.rows(conn, "requeue_held", params)) if sql.features(conn).key else {}
         try:
             with sql.transaction(conn):
-                rows = sql.execute(conn, cancelled_sql(conn, "requeue"),
-                                   {**params, "skip": list(held)}).fetchall()
+                rows = cancelled_run(conn, "requeue", {**params, "skip": list(held)}
+                                     ).fetchall()
         except BadInput as exc:
             if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
                 continue
             raise
-        waiting: dict[int, datetime] = {}
-        if ids:
-            text = cancelled_sql(conn, "requeue_waiting")
-            waiting = dict(sql.execute(conn, text, params).fetchall())
+        waiting: dict[int, datetime] = (
+            dict(cancelled_run(conn, "requeue_waiting", params).fetchall()) if ids else {})
         return Requeued((row[0] for row in rows), held, waiting)
     raise DrainerError("requeue: the keys of these jobs kept being taken; nothing was requeued")
 
@@ -192,5 +190,5 @@ def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
     writes afterwards changes nothing, and its `job.cancelled` is set at the worker's
     next heartbeat; the job keeps its limits' places until the worker sees the handler
     end (let_go) or the claim's lease ends."""
-    found = sql.execute(conn, cancelled_sql(conn, "cancel"), {"ids": list(ids), "now": None})
+    found = cancelled_run(conn, "cancel", {"ids": list(ids), "now": None})
     return sorted(row[0] for row in found.fetchall())

@@ -100,14 +100,16 @@ def swaps(known: sql.Features) -> dict[str, str]:
     return found
 
 
-def cancelled_sql(conn: psycopg.Connection, name: str) -> str:
-    """Statement `name`, which reads or writes the jobs cancelled while running, for
-    this schema: its parts swapped (swaps), and without migration 11's column, its
-    twin `name`_unmigrated where it writes one."""
+def cancelled_run(conn: psycopg.Connection, name: str, params: sql.Params) -> psycopg.Cursor:
+    """Send statement `name`, which reads or writes the jobs cancelled while running, as
+    this schema has them: without migration 11's column, its parts swapped for the old
+    form (swaps), and its twin `name`_unmigrated where it writes one."""
     known = sql.features(conn)
-    if not known.cancelled_running and f"{name}_unmigrated" in sql.QUERIES:
+    if known.cancelled_running:
+        return sql.run(conn, name, params)
+    if f"{name}_unmigrated" in sql.QUERIES:
         name += "_unmigrated"
-    return sql.variant(name, **swaps(known))
+    return sql.execute(conn, sql.variant(name, **swaps(known)), params)
 
 
 def fills(conn: psycopg.Connection) -> list[Fill]:

@@ -14,7 +14,7 @@ from ..db import storable
 from ..model import Failure, Failures, Job, Settled, Token, as_setback
 from . import sql
 from .claim import Claim
-from .limits import cancelled_sql
+from .limits import cancelled_run
 from .roundtrip import literal, pairs, settle
 
 
@@ -50,8 +50,7 @@ def let_go(conn: psycopg.Connection, jobs: Sequence[Job], *,
     handler is known to have ended (or never began): `cancel` keeps them until the
     claim's lease ends, since the handler may run on. How many it freed. Guarded by
     the claims' tokens: safe to send again, and no later claim of a job is touched."""
-    return sql.execute(conn, cancelled_sql(conn, "let_go"), {**pairs(jobs), "now": now}
-                       ).rowcount
+    return cancelled_run(conn, "let_go", {**pairs(jobs), "now": now}).rowcount
 
 
 def extend(
@@ -81,7 +80,7 @@ def extend_cancelled(conn: psycopg.Connection, jobs: Sequence[Job], lease: timed
     the end of their places under their limits is pushed on, as a running job's lease
     is. How many were."""
     params = {**pairs(jobs), "lease": lease, "now": now}
-    return sql.execute(conn, cancelled_sql(conn, "extend_cancelled"), params).rowcount
+    return cancelled_run(conn, "extend_cancelled", params).rowcount
 
 
 def settle_again(
