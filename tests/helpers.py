@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ import drainer
 from drainer import clock
 from drainer.commands.cli import build_parser
 from drainer.commands.work import LISTEN_NAME
+from drainer.storage import sql
 from drainer.storage.sql import MIGRATIONS
 
 T = TypeVar("T")
@@ -116,6 +118,36 @@ def offered(command: str) -> set[str]:
     [subparsers] = [a for a in build_parser()._actions
                     if isinstance(a, argparse._SubParsersAction)]
     return {s for a in subparsers.choices[command]._actions for s in a.option_strings}
+
+
+def read_until(proc: subprocess.Popen, marker: bytes, timeout: float = 60) -> bytes:
+    """Stderr of a running process up to and including the line holding `marker`."""
+    fd, seen = proc.stderr.fileno(), b""
+    end = time.monotonic() + timeout
+    while not (marker in seen and seen.endswith(b"\n")):
+        left = end - time.monotonic()
+        assert left > 0 and proc.poll() is None, (marker, seen)
+        if select.select([fd], [], [], left)[0]:
+            seen += os.read(fd, 4096)
+    return seen
+
+
+def with_modules(tmp_path: Path, **modules: str) -> dict[str, str]:
+    """clean_env() with task modules written to `tmp_path` importable."""
+    for name, source in modules.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    return env
+
+
+def schema_at(conn: psycopg.Connection, version: int) -> None:
+    """The schema as `migrate` left it when `version` was the latest."""
+    sql.run(conn, "migrate_version_table")
+    for v in sorted(MIGRATIONS):
+        if v <= version:
+            sql.migration(conn, v)
+            sql.run(conn, "record_version", {"version": v})
 
 
 def count(conn: psycopg.Connection, where: str = "true") -> int:

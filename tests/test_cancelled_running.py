@@ -13,7 +13,7 @@ import drainer
 from drainer.model import Job
 from drainer.storage import admin, roundtrip, schema, writeback
 from drainer.storage.limits import Limits
-from tests.test_upgrades import schema_at
+from tests.helpers import schema_at
 
 LEASE = timedelta(minutes=5)
 FIFO = Limits("fifo", per_group=1)

@@ -6,17 +6,15 @@ import json
 import os
 import pty
 import re
-import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from drainer.db import connect
-from tests.helpers import clean_env, count, run_cli
+from tests.helpers import clean_env, count, read_until, run_cli, with_modules
 
 
 def error_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
@@ -26,27 +24,6 @@ def error_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
     assert len(lines) == 1 and lines[0].startswith("drainer: error: "), result.stderr
     assert "Traceback" not in result.stderr and "frozen" not in result.stderr
     return lines[0]
-
-
-def read_until(proc: subprocess.Popen, marker: bytes, timeout: float = 60) -> bytes:
-    """Stderr of a running process up to and including the line holding `marker`."""
-    fd, seen = proc.stderr.fileno(), b""
-    end = time.monotonic() + timeout
-    while not (marker in seen and seen.endswith(b"\n")):
-        left = end - time.monotonic()
-        assert left > 0 and proc.poll() is None, (marker, seen)
-        if select.select([fd], [], [], left)[0]:
-            seen += os.read(fd, 4096)
-    return seen
-
-
-def with_modules(tmp_path: Path, **modules: str) -> dict[str, str]:
-    """clean_env() with task modules written to `tmp_path` importable."""
-    for name, source in modules.items():
-        (tmp_path / f"{name}.py").write_text(source)
-    env = clean_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
-    return env
 
 
 # --- enqueue on a terminal -------------------------------------------------------------

@@ -10,7 +10,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -23,6 +23,7 @@ from drainer import model
 from drainer.storage import admin, claim, roundtrip, sql
 from drainer.storage.claim import Claim
 from drainer.storage.limits import Limits, limits
+from tests.claims import claim_waiting_for_the_lock, limit_held
 from tests.helpers import HAND_MADE_TABLE, clean_env, summary_of, wait_until
 from tests.tasks.limited import RUNS
 
@@ -400,26 +401,6 @@ def test_a_limited_claim_skips_locked_rows(conn, db_url, limited, backlog):
         assert sorted(claimed_ids(claimer, 20, limited)) == ids[3:]
     assert conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'queued'",
                         (ids[:3],)).fetchone() == (3,)
-
-
-@contextmanager
-def limit_held(db_url: str, queue_name: str) -> Iterator[psycopg.Connection]:
-    """A transaction holding queue_name's limits lock, as a drainer's claim does."""
-    with psycopg.connect(db_url) as holder:
-        holder.execute("SELECT pg_advisory_xact_lock(hashtext('drainer.limit'), hashtext(%s))",
-                       (queue_name,))
-        yield holder
-
-
-def claim_waiting_for_the_lock(conn, claimer: psycopg.Connection,
-                               limited: Limits) -> "Future[list[model.Job]]":
-    """A claim by `claimer` on another thread, once it waits for the limits lock."""
-    pid = claimer.info.backend_pid
-    claiming = POOL.submit(roundtrip.claim, claimer, [], 10, timedelta(minutes=5),
-                           limited=[limited], take=10)
-    wait_until(lambda: conn.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
-                                    (pid,)).fetchone() == ("advisory",))
-    return claiming
 
 
 def test_a_claim_that_waited_for_the_lock_dates_its_starts_after_the_wait(conn, db_url):

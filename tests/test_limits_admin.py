@@ -19,8 +19,8 @@ from drainer.engine.batch import Batch
 from drainer.engine.outcome import Outcome
 from drainer.storage import admin, claim, roundtrip, sql, writeback
 from drainer.storage.limits import Limits
+from tests.claims import claim_waiting_for_the_lock, limit_held
 from tests.helpers import wait_until
-from tests.test_limits import claim_waiting_for_the_lock, limit_held
 
 LEASE = timedelta(minutes=5)
 FIFO = Limits("fifo", per_group=1)

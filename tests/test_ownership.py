@@ -18,6 +18,7 @@ from drainer.engine.core import Pace
 from drainer.engine.session import Reconnecting
 from drainer.run import Options, Sizer, Summary, drain
 from drainer.storage import claim, roundtrip, writeback
+from tests.claims import REFUSALS, claimed_spec, refuse_claims
 from tests.helpers import count, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -548,34 +549,7 @@ def test_sizer_judges_a_queue_by_its_longest_job_or_its_timeout():
 
 # -- a claim that fails, or an interrupt, never loses its write-back ---------------------
 
-# Another party's trigger that refuses every claim: as the claim runs, or at its commit
-# (a deferred constraint: the transaction's COMMIT fails).
-REFUSALS = {
-    "as_it_runs": "CREATE TRIGGER refuse_claims BEFORE UPDATE ON jobs FOR EACH ROW",
-    "at_commit": "CREATE CONSTRAINT TRIGGER refuse_claims AFTER UPDATE ON jobs "
-                 "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW",
-}
 LEASE = timedelta(minutes=5)
-
-
-def claimed_spec(conn: psycopg.Connection, limited: bool, jobs: int
-                 ) -> tuple[list[model.Job], claim.Claim]:
-    """`jobs` jobs of queue q claimed, and the spec of the next claim, on a queue with a
-    concurrency limit or none."""
-    from drainer.storage.limits import Limits
-    drainer.enqueue_many(conn, "q", [{}] * jobs)
-    capped = [Limits("q", concurrency=10)] if limited else []
-    spec = claim.Claim([] if limited else ["q"], 10, LEASE, capped, 10)
-    return roundtrip.claim(conn, spec.queues, 10, LEASE, limited=capped, take=10), spec
-
-
-def refuse_claims(conn: psycopg.Connection, when: str) -> None:
-    conn.execute(f"""
-        CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN RAISE EXCEPTION 'claims refused'; END $$;
-        {REFUSALS[when]}
-        WHEN (OLD.status = 'queued' AND NEW.status = 'running') EXECUTE FUNCTION refuse_claims();
-    """)
 
 
 def statuses(conn: psycopg.Connection) -> list[tuple]:

@@ -16,6 +16,7 @@ import pytest
 import drainer
 from drainer.db import connect
 from drainer.storage import roundtrip
+from tests.claims import claimed_spec, refuse_claims
 from tests.helpers import clean_env, count, listeners, run_cli, wait_until
 from tests.pgbouncer import pooled
 
@@ -78,7 +79,6 @@ def test_a_refused_claim_through_pgbouncer_leaves_its_write_back_and_an_idle_ses
     """A claim that fails behind a transaction pooler (no prepared statements): the
     write-back is sent again and lands, and no server session is left in a transaction
     for the pool's next client."""
-    from tests.test_ownership import claimed_spec, refuse_claims
     with connect(pooled(bouncer, db_url), prepare=False) as pooled_conn:
         jobs, spec = claimed_spec(pooled_conn, limited, 4)
         refuse_claims(conn, "as_it_runs")

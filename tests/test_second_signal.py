@@ -21,8 +21,7 @@ import pytest
 
 import drainer
 from drainer.db import connect
-from tests.helpers import summary_of, wait_until
-from tests.test_cli_papercuts import read_until, with_modules
+from tests.helpers import read_until, summary_of, wait_until, with_modules
 
 # Each job waits for its own gate file; started-I and ended-I tell the test where it is.
 GATED = """

@@ -8,17 +8,9 @@ import psycopg
 import pytest
 
 import drainer
-from drainer.storage import schema, sql
+from drainer.storage import schema
 from drainer.storage.sql import LATEST_VERSION, MIGRATIONS
-
-
-def schema_at(conn: psycopg.Connection, version: int) -> None:
-    """The schema as `migrate` left it when `version` was the latest."""
-    sql.run(conn, "migrate_version_table")
-    for v in sorted(MIGRATIONS):
-        if v <= version:
-            sql.migration(conn, v)
-            sql.run(conn, "record_version", {"version": v})
+from tests.helpers import schema_at
 
 
 def drain_two(conn: psycopg.Connection) -> drainer.Summary:
