@@ -243,3 +243,37 @@ def test_a_bad_retention_is_a_clear_error(db_url, args, env):
         assert "--archive-failed-after" in lines[0]
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert count(conn) == 1  # nothing was archived
+
+
+# --- archiving failed jobs: their retention starts when they fail -------------------
+
+
+def test_a_job_that_waited_past_the_retention_is_not_archived_as_it_fails(conn):
+    """A job due 40 days ago (a backlog, a job enqueued for a date past) that fails now
+    must stay for the failed retention (30 days), not leave `jobs` in the same drain;
+    without the archive table it would be deleted then."""
+    job_id = drainer.enqueue(conn, "late", {}, run_at=datetime.now(UTC) - timedelta(days=40),
+                             max_attempts=1)
+
+    def handler(job):
+        raise RuntimeError("boom")
+
+    summary = drain(conn, {"late": handler}, Options(["late"]))
+    assert (summary.failed, summary.archived) == (1, 0)
+    assert count(conn, f"id = {job_id} AND status = 'failed'") == 1
+
+
+def test_a_job_cancelled_after_waiting_past_the_retention_stays_for_it(conn):
+    job_id = drainer.enqueue(conn, "late", {}, run_at=datetime.now(UTC) - timedelta(days=40))
+    assert drainer.cancel(conn, [job_id]) == [job_id]
+    assert drainer.archive(conn, timedelta(days=7)) == 0
+    assert count(conn, f"id = {job_id} AND last_error = 'cancelled'") == 1
+
+
+def test_a_lease_failed_for_good_by_the_reaper_stays_for_the_retention(conn):
+    conn.execute("INSERT INTO jobs (payload, status, attempts, max_attempts, run_at, "
+                 "locked_until) VALUES ('{}', 'running', 5, 5, now() - interval '40 days', "
+                 "now() - interval '1 minute')")
+    assert drainer.reap(conn) == 1
+    assert drainer.archive(conn, timedelta(days=7)) == 0
+    assert count(conn, "status = 'failed'") == 1

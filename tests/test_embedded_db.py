@@ -235,3 +235,12 @@ def test_a_stale_postmaster_pid_naming_another_process_is_not_trusted(workdir):
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_db_survives_a_database_url_that_is_not_utf8(tmp_path):
+    """`db` reads DATABASE_URL only to decide on its note: a URL libpq cannot read
+    (a byte that is not UTF-8) must not end `drainer db stop` in an unexpected error."""
+    proc = run_cli("db", "stop", cwd=tmp_path,
+                   env=clean_env(DATABASE_URL="postgresql://u:p\udcff@db.example/app"))
+    assert "unexpected error" not in proc.stderr, proc.stderr
+    assert proc.returncode != 1

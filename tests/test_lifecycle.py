@@ -308,3 +308,19 @@ def test_a_drain_sees_an_archive_table_created_since_its_connection_last_drained
     drain(conn, {"default": lambda job: None}, options)
     assert count(conn) == 0
     assert conn.execute("SELECT payload FROM jobs_archive").fetchall() == [({"n": 2},)]
+
+
+def test_a_heartbeat_does_not_fire_a_users_status_trigger(conn):
+    """A heartbeat sets locked_until only: a user's `AFTER UPDATE OF status` trigger
+    (an audit log of status changes) must not fire every lease/3."""
+    conn.execute("""
+        CREATE TABLE status_log (job_id bigint, old text, new text);
+        CREATE FUNCTION log_status() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN INSERT INTO status_log VALUES (NEW.id, OLD.status, NEW.status); RETURN NULL; END $$;
+        CREATE TRIGGER log_status AFTER UPDATE OF status ON jobs
+        FOR EACH ROW EXECUTE FUNCTION log_status();""")
+    drainer.enqueue(conn, "q", {})
+    [job] = drainer.claim(conn, ["q"], 1, timedelta(minutes=5))
+    conn.execute("DELETE FROM status_log")
+    assert drainer.extend(conn, [job], timedelta(minutes=5)) == {job.id}
+    assert conn.execute("SELECT count(*) FROM status_log").fetchone()[0] == 0

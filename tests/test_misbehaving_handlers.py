@@ -2,6 +2,7 @@
 (the task's timeout, else the lease), a return value that is not serialisable. Each
 ends in a recorded outcome, and the drain goes on with the next job."""
 
+import functools
 import signal
 import threading
 import time
@@ -11,7 +12,8 @@ import pytest
 
 import drainer
 import drainer.testing
-from drainer.errors import MAX_ERROR, describe
+from drainer import testing
+from drainer.errors import MAX_ERROR, ConfigError, describe
 from drainer.run import Options, drain
 from drainer.tasks import Task, registered, task
 from tests.helpers import count, drainer_process, run_cli, summary_of, wait_until
@@ -171,3 +173,73 @@ def test_an_async_handler_is_registered_and_runs(conn):
         job_id = drainer.enqueue(conn, "async-ok", {})
         summary = drain(conn, {"async-ok": registered_task}, Options(["async-ok"]))
     assert (summary.done, ran) == (1, [job_id])
+
+
+def _status(conn, job_id):
+    return conn.execute("SELECT status, attempts FROM jobs WHERE id = %s", [job_id]).fetchone()
+
+
+async def _async_handler(job):
+    _async_handler.ran = True
+
+
+_async_handler.ran = False
+
+
+def test_an_async_handler_given_to_drain_is_not_marked_done_unrun(conn):
+    """`@task` refuses `async def`, but drain() takes handlers as a dict: called on a
+    thread, it would only make a coroutine, and the job must not be marked done."""
+    job_id = drainer.enqueue(conn, "q", {})
+    _async_handler.ran = False
+    try:
+        drain(conn, {"q": _async_handler}, Options(queues=["q"]))
+    except ConfigError:
+        return  # refused up front: fine
+    assert _async_handler.ran or _status(conn, job_id)[0] != "done", (
+        "the job is 'done' though its handler never ran")
+
+
+class _AsyncCallable:
+    ran = False
+
+    async def __call__(self, job):
+        type(self).ran = True
+
+
+def _sync_decorated(fn):
+    @functools.wraps(fn)  # a common retry/metrics decorator: sync wrapper, coroutine out
+    def wrapper(job):
+        return fn(job)
+
+    return wrapper
+
+
+async def _async_gen(job):
+    _async_gen.ran = True
+    yield
+
+
+_async_gen.ran = False
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _async_gen,
+    lambda: _AsyncCallable(),
+    lambda: _sync_decorated(_async_handler),
+], ids=["async-generator", "async-__call__", "wrapped-async-def"])
+def test_an_async_task_in_another_shape_is_refused_or_not_done_unrun(conn, make):
+    """inspect.iscoroutinefunction misses async generators, objects with an async
+    __call__ and `async def` behind a functools.wraps decorator: @task may register
+    them, but the drain must not mark their jobs done without running them."""
+    handler = make()
+    _async_handler.ran = _async_gen.ran = _AsyncCallable.ran = False
+    job_id = drainer.enqueue(conn, "q", {})
+    with testing.separate_tasks():
+        try:
+            drainer.task("q")(handler)
+        except ConfigError:
+            return  # refused: fine
+        drain(conn, {"q": handler}, Options(queues=["q"]))
+    ran = _async_handler.ran or _async_gen.ran or _AsyncCallable.ran
+    assert ran or _status(conn, job_id)[0] != "done", (
+        "the job is 'done' though its handler never ran")

@@ -15,7 +15,7 @@ from drainer.retry import MAX_DELAY, MIN_SNOOZE, clamp
 from drainer.run import Options, drain
 from drainer.storage import roundtrip, writeback
 from drainer.tasks import Task
-from tests.helpers import HAND_MADE_TABLE, at, run_cli, summary_of
+from tests.helpers import HAND_MADE_TABLE, at, count, run_cli, summary_of
 
 
 def row(conn: psycopg.Connection, job_id: int) -> dict:
@@ -392,3 +392,45 @@ def test_a_drain_of_a_task_keeping_results_on_a_hand_made_table_exits_2(empty_db
         assert "keeps results (keep_result=True)" in drained.stderr
         assert "run `drainer migrate`" in drained.stderr
         assert conn.execute("SELECT status, attempts FROM jobs").fetchone() == ("queued", 0)
+
+
+# --- snooze at the integer limit -----------------------------------------------------
+
+LEASE = timedelta(minutes=5)
+
+
+def test_a_lost_write_back_recognises_a_snooze_at_the_largest_budget(conn):
+    """max_attempts at 2147483647 cannot rise: a snooze that landed leaves it as it was,
+    and must still be told from a write that did not land."""
+    drainer.enqueue(conn, "z", {}, max_attempts=2147483647)
+    [job] = drainer.claim(conn, ["z"], 1, LEASE)
+    snooze = [(job, model.Setback("Snooze: later", "snooze", timedelta(seconds=5)))]
+    first = roundtrip.settle(conn, (), snooze, ())
+    assert first.failed[job.token].status == "queued"
+    again = writeback.settle_again(conn, (), snooze)
+    assert again.failed.get(job.token, (None,))[0] == "queued"
+
+
+def test_a_snooze_at_the_integer_limit_ends_failed_saying_why_and_the_batch_goes_on(conn):
+    """Snoozing for ever raises the budget to its cap, never attempts past the integer
+    limit: the claim fails the job alone, saying why, and its batch goes on."""
+    stuck = drainer.enqueue(conn, "zz", {"snooze": True}, max_attempts=2147483647)
+    conn.execute("UPDATE jobs SET attempts = 2147483646 WHERE id = %s", [stuck])
+    for _ in range(2):
+        drainer.enqueue(conn, "zz", {})
+
+    def handler(job):
+        if job.payload.get("snooze"):
+            raise drainer.Snooze(delay=0)
+
+    first = drain(conn, {"zz": handler}, Options(["zz"]))
+    assert first.done == 2
+    assert conn.execute("SELECT status, attempts, max_attempts FROM jobs WHERE id = %s",
+                        [stuck]).fetchone() == ("queued", 2147483647, 2147483647)
+    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", [stuck])
+    more = drainer.enqueue(conn, "zz", {})
+    second = drain(conn, {"zz": handler}, Options(["zz"]))
+    assert second.done == 1 and count(conn, f"id = {more} AND status = 'done'") == 1
+    status, error = conn.execute("SELECT status, last_error FROM jobs WHERE id = %s",
+                                 [stuck]).fetchone()
+    assert status == "failed" and "integer limit" in error

@@ -59,3 +59,13 @@ def test_unset_settings_take_their_defaults(monkeypatch):
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
     assert Drain.resolve() == Drain() and Drain().lease == LEASE.default == 300
+
+
+def test_statement_timeout_message_is_unchanged(monkeypatch):
+    """The function's settings say what they refuse in the words they always used."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/d")
+    monkeypatch.setenv("DRAINER_STATEMENT_TIMEOUT", "0")
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env()
+    assert str(raised.value) == ("DRAINER_STATEMENT_TIMEOUT='0': '0' must be a number of "
+                                 "seconds above 0 (at most a century)")

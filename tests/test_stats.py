@@ -10,6 +10,7 @@ import psycopg
 
 import drainer
 from drainer.commands import stats as stats_command
+from drainer.db import connect
 from tests.helpers import HAND_MADE_TABLE, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -104,3 +105,16 @@ def test_a_creation_time_of_minus_infinity_gives_an_age_json_can_hold(conn, db_u
     doctor = run_cli("doctor", "--json", "--database-url", db_url)
     json.loads(doctor.stdout, parse_constant=_strict)
 
+
+# --- stats after a burst ----------------------------------------------------------------
+
+def test_stats_counts_the_rows_and_labels_the_vacuum_statistics_as_an_estimate(db_url):
+    lines = "".join(json.dumps({"i": i}) + "\n" for i in range(305))
+    assert run_cli("enqueue", "burst", "--database-url", db_url, input=lines).returncode == 0
+    with connect(db_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'done' WHERE id % 5 = 0")
+    text = run_cli("stats", "--database-url", db_url).stdout
+    assert "jobs table: 305 rows" in text.splitlines()
+    [health] = [line for line in text.splitlines() if "dead tuples" in line]
+    assert health.startswith("vacuum statistics (PostgreSQL's estimate, updated lazily): ")
+    assert re.search(r": \d+ live, \d+ dead tuples; last autovacuum .+, last vacuum ", health)

@@ -5,6 +5,7 @@ SIGTERM stops it cleanly. Real processes on a real PostgreSQL."""
 import contextlib
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -20,8 +21,9 @@ import pytest
 import drainer
 from drainer import clock
 from drainer.commands.work import work
+from drainer.db import connect
 from drainer.storage import roundtrip
-from tests.helpers import clean_env, count, listeners, wait_until
+from tests.helpers import clean_env, count, listeners, read_until, run_cli, wait_until
 
 LISTEN_ROLE = "drainer_listener"  # not a superuser, so a connection limit applies to it
 
@@ -260,3 +262,46 @@ def test_an_always_on_worker_counts_what_a_drain_did_before_a_conflict(conn, db_
         logging.getLogger("drainer.commands.work").removeHandler(watcher)
     assert stop.is_set()  # it did meet the conflict
     assert (total.claimed, total.done, total.failed) == (2, 1, 1)
+
+
+# --- drain and work totals --------------------------------------------------------------
+
+def totals_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if re.match(r"drainer: (drained: )?done ", line)]
+
+
+def shape(line: str) -> str:
+    """The line's words: numbers and the stop reason left out."""
+    return re.sub(r"stopped: \w+", "stopped: R", re.sub(r"\d[\d.,]*", "N", line))
+
+
+def test_drain_and_work_log_their_totals_in_the_same_words(db_url):
+    with connect(db_url) as conn:
+        conn.execute("INSERT INTO jobs (payload) SELECT '{}' FROM generate_series(1, 3)")
+    drained = run_cli("drain", "--database-url", db_url, "--tasks", "noop")
+    assert drained.returncode == 0, drained.stderr
+    [drain_end] = totals_lines(drained.stderr)
+
+    with connect(db_url) as conn:
+        conn.execute("INSERT INTO jobs (payload) SELECT '{}' FROM generate_series(1, 3)")
+    proc = subprocess.Popen([sys.executable, "-m", "drainer", "work", "--database-url", db_url,
+                             "--tasks", "noop"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=clean_env())
+    try:
+        seen = read_until(proc, b"drained: ")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (seen + err).decode()
+    each, work_end = totals_lines((seen + err).decode())
+
+    assert drain_end.startswith("drainer: done 3  retried 0  failed 0  lost 0  ")
+    assert drain_end.endswith(", stopped: empty")
+    assert work_end.startswith("drainer: done 3  retried 0  failed 0  lost 0  ")
+    assert work_end.endswith(", stopped: signal")
+    assert shape(work_end) == shape(drain_end)
+    assert shape(each) == shape(drain_end).replace("drainer: ", "drainer: drained: ").replace(
+        ", stopped: R", "")
+    assert json.loads(out.decode().splitlines()[-1])["done"] == 3
