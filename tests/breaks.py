@@ -109,12 +109,13 @@ def unguarded(target: str) -> Edit:
 
 
 LOCKED_ROWS = "tests/test_claim_race.py::test_a_drain_skips_rows_another_session_holds_locked"
-LIMITED_LOCKED_ROWS = "tests/test_limits.py::test_a_limited_claim_skips_locked_rows"
+LIMITS = "tests/storage/test_limits.py"
+LIMITED_LOCKED_ROWS = f"{LIMITS}::test_a_limited_claim_skips_locked_rows"
 REAPED = "tests/test_ownership.py::test_a_reaped_workers_result_is_not_written"
 TAKEOVER = "tests/test_lifecycle.py::test_stale_completion_after_takeover_changes_nothing"
 GUARDED = "tests/test_lifecycle.py::test_complete_is_guarded_by_attempts"
-LIMITED_PRIORITY = "tests/test_limits.py::test_a_limited_claim_takes_higher_priority_first"
-GROUP_PRIORITY = "tests/test_limits.py::test_a_group_limited_claim_takes_higher_priority_first"
+LIMITED_PRIORITY = f"{LIMITS}::test_a_limited_claim_takes_higher_priority_first"
+GROUP_PRIORITY = f"{LIMITS}::test_a_group_limited_claim_takes_higher_priority_first"
 CANCELLED = "tests/test_cancelled_running.py"
 
 
@@ -158,17 +159,17 @@ def _breaks() -> list[Break]:
         Break("attempts-extend-cancelled", "the heartbeat of a cancelled claim extends a "
               "later claim's kept places",
               (sql("extend_cancelled", " AND j.attempts = t.attempts", ""),),
-              ("tests/test_limits_admin.py::"
+              ("tests/storage/test_limits_admin.py::"
                "test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue",),
               attempts),
         Break("priority-claim", "the plain claim takes the oldest jobs, not the highest "
               "priority", (sql("claim_by_priority", "c.priority DESC, ", "", count=2),),
-              ("tests/test_priorities.py::"
+              ("tests/storage/test_priorities.py::"
                "test_a_high_priority_job_enqueued_last_is_among_the_first_claimed",),
               priority),
         Break("priority-claim-shares", "a claim of many queues shares its batch out by age, "
               "not priority", (sql("claim_shares", "c.priority DESC, ", ""),),
-              ("tests/test_many_queues.py::"
+              ("tests/storage/test_many_queues.py::"
                "test_a_claim_of_many_queues_takes_the_highest_priority_first",),
               priority),
         Break("priority-limited", "a limited queue takes its oldest jobs first",
@@ -219,10 +220,9 @@ def _breaks() -> list[Break]:
                "its_places",), cancelled),
         Break("limits-lock", "two drainers count a limit's room at once (no advisory lock)",
               (sql("limits_lock", "pg_advisory_xact_lock(", "("),),
-              ("tests/test_limits.py::test_a_claim_sees_what_committed_while_it_waited_even_"
+              (f"{LIMITS}::test_a_claim_sees_what_committed_while_it_waited_even_"
                "under_repeatable_read",
-               "tests/test_limits.py::test_eight_drainers_never_run_more_than_the_"
-               "concurrency_limit"),
+               f"{LIMITS}::test_eight_drainers_never_run_more_than_the_concurrency_limit"),
               guards | {"limits"}),
     ]
 

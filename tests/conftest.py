@@ -44,12 +44,13 @@ ONCE = {
     "tests/aws/test_events_and_schedule.py", "tests/aws/test_reset.py",
     "tests/test_bench_speed.py", "tests/test_clock.py", "tests/test_example_app.py",
     "tests/test_infra.py", "tests/test_lambda_locally.py", "tests/test_layout.py",
-    "tests/test_progress.py",
     "tests/test_release.py", "tests/test_settings.py", "tests/test_wake.py",
-    "tests/test_cli.py::test_help_documents_every_command_and_option_with_its_variable",
-    "tests/test_cli.py::test_help_gives_the_bounds_of_durations",
+    "tests/commands/test_progress.py",
+    "tests/commands/test_cli.py::"
+    "test_help_documents_every_command_and_option_with_its_variable",
+    "tests/commands/test_cli.py::test_help_gives_the_bounds_of_durations",
     # The embedded server's own commands, whatever server the suite runs on.
-    "tests/test_embedded_db.py",
+    "tests/commands/test_embedded_db.py",
     "tests/test_testing_plugin.py::test_a_users_tests_on_an_embedded_server_stopped_at_the_end",
     "tests/test_testing_plugin.py::test_without_a_server_the_session_fails_saying_why",
     "tests/test_testing_plugin.py::test_a_bin_directory_with_no_server_is_named_with_what_to_set",

@@ -92,7 +92,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 def run_cli(*args: str, input: str | bytes | None = None, env: dict | None = None,
             timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m drainer ARGS` as a real process; text output. `cwd` places the
-    embedded default's ./.drainer/ (tests/test_embedded_db.py)."""
+    embedded default's ./.drainer/ (tests/commands/test_embedded_db.py)."""
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run([sys.executable, "-m", "drainer", *args], input=data, cwd=cwd,
                           capture_output=True, env=env or clean_env(), timeout=timeout)

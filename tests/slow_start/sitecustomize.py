@@ -1,5 +1,5 @@
 """Put on PYTHONPATH, this makes the interpreter's own start slow, as a heavy
-site-packages does, before drainer is even imported (tests/test_cli.py)."""
+site-packages does, before drainer is even imported (tests/commands/test_cli.py)."""
 
 import os
 import time

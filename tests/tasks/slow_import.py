@@ -1,4 +1,4 @@
-"""A task module whose import takes SLOW_IMPORT_SECONDS (tests/test_cli.py)."""
+"""A task module whose import takes SLOW_IMPORT_SECONDS (tests/commands/test_cli.py)."""
 
 import os
 import time
