@@ -116,7 +116,7 @@ TAKEOVER = "tests/test_lifecycle.py::test_stale_completion_after_takeover_change
 GUARDED = "tests/test_lifecycle.py::test_complete_is_guarded_by_attempts"
 LIMITED_PRIORITY = f"{LIMITS}::test_a_limited_claim_takes_higher_priority_first"
 GROUP_PRIORITY = f"{LIMITS}::test_a_group_limited_claim_takes_higher_priority_first"
-CANCELLED = "tests/test_cancelled_running.py"
+CANCELLED = "tests/storage/test_cancelled_running.py"
 
 
 def _breaks() -> list[Break]:
