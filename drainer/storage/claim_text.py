@@ -4,7 +4,7 @@ in review as a change to the statements sent. Regenerate it with
 
     python -m drainer.storage.claim_text > drainer/storage/queries/claims.generated.sql
 
-(tests/test_claim_text.py fails while the file differs from what this writes). The
+(tests/storage/test_claim_text.py fails while the file differs from what this writes). The
 plain claims differ by batch size in their LIMIT only, written for a batch of BATCH.
 """
 
