@@ -586,8 +586,9 @@ def test_an_interrupt_as_the_round_trip_is_sent_never_loses_the_write_back(conn,
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=interrupted,
-                     claim_next=None if claims == "nothing" else spec)
+        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
+                         same_transaction=interrupted,
+                         claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 
@@ -603,8 +604,9 @@ def test_a_statement_refused_before_it_is_sent_never_loses_the_write_back(conn, 
         c.execute("SELECT %s::text", ("bad\x00",))
 
     with pytest.raises(drainer.DrainerError):
-        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:], also=refused,
-                     claim_next=None if claims == "nothing" else spec)
+        roundtrip.settle(conn, jobs[:2], [(jobs[2], "ValueError: no")], jobs[3:],
+                         same_transaction=refused,
+                         claim_next=None if claims == "nothing" else spec)
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert statuses(conn) == [("done", 1), ("done", 1), ("queued", 1), ("queued", 0)]
 

@@ -350,7 +350,8 @@ def test_a_slot_run_late_in_the_repeated_hour_catches_up_the_slot_it_overran(
     [job] = drainer.claim(conn, ["half"], 1, timedelta(hours=2))
     assert job.scheduled_for.astimezone(UTC) == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
     ended = datetime(2026, 10, 25, 1, 10, tzinfo=UTC)  # the database clock as it ends
-    roundtrip.settle(conn, [job], (), (), also=lambda c: schedules.after_run(c, [job], ended))
+    roundtrip.settle(conn, [job], (), (),
+                     same_transaction=lambda c: schedules.after_run(c, [job], ended))
     assert [row[:2] for row in slot_jobs(conn)] == [
         ("done", "2026-10-25T02:30:00+02:00"), ("queued", "2026-10-25T02:00:00+01:00"),
         ("queued", "2026-10-25T02:30:00+01:00")]
@@ -443,7 +444,8 @@ def test_two_write_backs_taking_two_schedules_in_opposite_orders_do_not_deadlock
 
     def write_back(ran: list[model.Job], c: psycopg.Connection) -> None:
         try:
-            roundtrip.settle(c, ran, (), (), also=lambda cc: schedules.after_run(cc, ran, now))
+            roundtrip.settle(c, ran, (), (),
+                             same_transaction=lambda cc: schedules.after_run(cc, ran, now))
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             errors.append(exc)
 

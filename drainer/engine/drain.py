@@ -279,7 +279,7 @@ class Drain:
         record(settled, outcome, self.summary)
         ended = ended_lost(settled, outcome)
         if ended:  # rare: only jobs cancelled, or taken over, while ours
-            self.session.send(lambda c: writeback.let_go(c, ended, now=clock.database_now()))
+            self.session.send(lambda c: writeback.end_cancelled(c, ended, now=clock.database_now()))
         log_failures(settled, outcome)
         if self.spans is not None:
             self.spans.batch(jobs, settled, outcome)
@@ -381,12 +381,12 @@ def settle(session: Session, outcome: Outcome, claim_next: Claim | None,
     the release: it lowers attempts, and had it landed, another worker may hold those
     jobs now. They are left to their lease."""
     ran = [*outcome.succeeded, *(job for job, _ in outcome.failed)]
-    also = None if db_now is None else (
+    slots = None if db_now is None else (
         lambda c: schedules.after_run(c, ran, db_now.now()))
     return session.send(
         lambda c: roundtrip.settle(c, outcome.succeeded, outcome.failed, outcome.unstarted,
-                                   results=outcome.results, claim_next=claim_next, also=also,
-                                   now=clock.database_now()),
+                                   results=outcome.results, claim_next=claim_next,
+                                   same_transaction=slots, now=clock.database_now()),
         lambda c: writeback.settle_again(c, outcome.succeeded, outcome.failed,
                                          results=outcome.results, claim_next=claim_next,
-                                         also=also, now=clock.database_now()))
+                                         same_transaction=slots, now=clock.database_now()))

@@ -107,7 +107,7 @@ def ended_lost(settled: model.Settled, outcome: Outcome) -> list[model.Job]:
     """The batch's claims no longer ours whose handler has ended, or never began: those
     the heartbeat found taken over, and those whose guarded completion or failure
     changed nothing. A job cancelled while running holds its limits' places until then
-    (writeback.let_go). Unstarted jobs whose release changed nothing too, but not after a
+    (writeback.end_cancelled). Unstarted jobs whose release changed nothing too, but not after a
     lost answer (`resent`): the release is not sent again then, and had it landed, its
     tokens (lowered by it) may be another drainer's now."""
     unstarted = () if settled.resent else outcome.unstarted

@@ -189,6 +189,6 @@ def cancel(conn: psycopg.Connection, ids: Sequence[int]) -> list[int]:
     those withdrawn. A running job's handler is not stopped, but whatever its worker
     writes afterwards changes nothing, and its `job.cancelled` is set at the worker's
     next heartbeat; the job keeps its limits' places until the worker sees the handler
-    end (let_go) or the claim's lease ends."""
+    end (end_cancelled) or the claim's lease ends."""
     found = cancelled_run(conn, "cancel", {"ids": list(ids), "now": None})
     return sorted(row[0] for row in found.fetchall())

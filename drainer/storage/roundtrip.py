@@ -239,25 +239,25 @@ def settle(
     *,
     results: Mapping[Token, str] | None = None,
     claim_next: Claim | None = None,
-    also: Callable[[psycopg.Connection], None] | None = None,
+    same_transaction: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """Complete, fail and release a batch's jobs in one guarded statement, and claim
     the next batch (queues, size, lease), in one round trip that is one transaction
     (see _send). `results` ({claim: JSON text}) are the return values of succeeded jobs
-    whose task keeps them, written first; `also(conn)` sends more statements in the
+    whose task keeps them, written first; `same_transaction(conn)` sends more statements in the
     same round trip (their answers are not read). Only what there is to send is sent.
     When the round trip fails and the session lives on, the write-back is sent again
     on its own before the error is raised (else the jobs that ran would run again):
     whole where nothing of it landed (a database's error, a statement refused before
     it was sent, any failure whose transaction was rolled back); without the release
     where it may have committed (an interrupt as the COMMIT was answered), as
-    settle_again does. Never with `also`, which may be what failed: a schedule's next
+    settle_again does. Never with `same_transaction`, which may be what failed: a schedule's next
     slot is then enqueued by the next drain's start."""
     trip = _RoundTrip()
     try:
         written, claimed = _send(conn, claim_next, now, _write_back(
-            conn, succeeded, failures, unstarted, results, also, now), trip)
+            conn, succeeded, failures, unstarted, results, same_transaction, now), trip)
     except BaseException as exc:
         if _idle(conn) and not trip.committed:  # committed: it all landed, release too
             landed = not trip.undone and not isinstance(exc, DrainerError)
@@ -270,12 +270,12 @@ def settle(
 
 def _write_back(conn: psycopg.Connection, succeeded: Sequence[Job], failures: Failures,
                 released: Sequence[Job], results: Mapping[Token, str] | None,
-                also: Callable[[psycopg.Connection], None] | None, now: datetime | None
+                same_transaction: Callable[[psycopg.Connection], None] | None, now: datetime | None
                 ) -> Write | None:
     """`settle`'s statements, kept results first, to send when the round trip goes;
     None when there is nothing to send."""
     params = _guarded(conn, failures=failures, done=succeeded, released=released, now=now)
-    if params is None and also is None:
+    if params is None and same_transaction is None:
         return None
 
     def write() -> psycopg.Cursor | None:
@@ -284,8 +284,8 @@ def _write_back(conn: psycopg.Connection, succeeded: Sequence[Job], failures: Fa
             sql.run(conn, "keep_results", {**pairs(kept),
                                            "results": [results[job.token] for job in kept]})
         written = sql.run(conn, "settle", params) if params else None
-        if also is not None:
-            also(conn)
+        if same_transaction is not None:
+            same_transaction(conn)
         return written
     return write
 

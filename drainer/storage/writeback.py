@@ -1,8 +1,8 @@
 """Writing back what a batch's handlers did, and the heartbeat: `complete`, `fail`
 and `release` (each the guarded batch write, `roundtrip.settle`), `settle_again` after
-a lost answer, `extend` and `extend_cancelled` (leases), `let_go` (places under limits). Every
-write is guarded by the claim's token (id and attempts): a worker changes only a job
-it still owns.
+a lost answer, `extend` and `extend_cancelled` (leases), `end_cancelled` (places
+under limits). Every write is guarded by the claim's token (id and attempts): a
+worker changes only a job it still owns.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -44,13 +44,13 @@ def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> set[int]:
     return {job_id for job_id, _ in settle(conn, (), (), jobs).released}
 
 
-def let_go(conn: psycopg.Connection, jobs: Sequence[Job], *,
+def end_cancelled(conn: psycopg.Connection, jobs: Sequence[Job], *,
            now: datetime | None = None) -> int:
     """Free the places under their limits of claims cancelled while running, once their
     handler is known to have ended (or never began): `cancel` keeps them until the
     claim's lease ends, since the handler may run on. How many it freed. Guarded by
     the claims' tokens: safe to send again, and no later claim of a job is touched."""
-    return cancelled_run(conn, "let_go", {**pairs(jobs), "now": now}).rowcount
+    return cancelled_run(conn, "end_cancelled", {**pairs(jobs), "now": now}).rowcount
 
 
 def extend(
@@ -90,14 +90,14 @@ def settle_again(
     *,
     results: Mapping[Token, str] | None = None,
     claim_next: Claim | None = None,
-    also: Callable[[psycopg.Connection], None] | None = None,
+    same_transaction: Callable[[psycopg.Connection], None] | None = None,
     now: datetime | None = None,
 ) -> Settled:
     """`settle` on a new session after the first one's answer was lost with its
     session: without the release (whose outcome is unknown), and counting as ours the
     completions and failures of the first send that had landed (else reported lost)."""
     settled = settle(conn, succeeded, failures, (), results=results, claim_next=claim_next,
-                     also=also, now=now)
+                     same_transaction=same_transaction, now=now)
     settled.resent = True
     done = [job for job in succeeded if job.token not in settled.done]
     failed = [(job, as_setback(f)) for job, f in failures if job.token not in settled.failed]

@@ -88,7 +88,7 @@ def test_a_row_cancelled_in_the_old_form_is_backfilled_and_keeps_its_places(empt
         assert forms(conn, head.id) == ("failed", True, True)
         keeps_its_places(conn, head)
         assert admin.due(conn, [], limited=[FIFO]).lease_end == lease_end
-        assert writeback.let_go(conn, [head]) == 1  # its handler ended
+        assert writeback.end_cancelled(conn, [head]) == 1  # its handler ended
         assert forms(conn, head.id) == ("failed", None, None)
         assert claimed(conn) == [behind]
 
@@ -114,7 +114,7 @@ def test_an_old_drainers_writes_are_read_as_cancelled_running(conn):
     """During a rolling deploy a drainer of an older release cancels a running job (the
     lease kept, no column set) and extends that lease while its handler runs: the new
     claim, requeue and archiving read it as cancelled running; the new heartbeat moves
-    it to both forms, and let_go frees it."""
+    it to both forms, and end_cancelled frees it."""
     head, behind = head_and_next(conn)
     conn.execute(OLD_CANCEL, {"ids": [head.id]})
     assert forms(conn, head.id) == ("failed", None, True)
@@ -127,7 +127,7 @@ def test_an_old_drainers_writes_are_read_as_cancelled_running(conn):
 
     assert writeback.extend_cancelled(conn, [head], LEASE) == 1
     assert forms(conn, head.id) == ("failed", True, True)
-    assert writeback.let_go(conn, [head]) == 1
+    assert writeback.end_cancelled(conn, [head]) == 1
     assert claimed(conn) == [behind]
 
 
@@ -152,7 +152,7 @@ def test_the_column_alone_keeps_the_places_until_its_time(conn):
 @pytest.mark.parametrize("version", [9, 10])
 def test_a_schema_without_the_migration_keeps_working_as_before(empty_db_url, version):
     """At migration 10 the kept lease marks the state as before: cancel keeps it, the
-    limits count it, the heartbeat extends it, let_go frees it. At 9 (no index of
+    limits count it, the heartbeat extends it, end_cancelled frees it. At 9 (no index of
     them) a cancel frees the place in the limits at once, but requeue still waits for
     the handler. No statement names the column the schema lacks."""
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
@@ -165,10 +165,10 @@ def test_a_schema_without_the_migration_keeps_working_as_before(empty_db_url, ve
         assert writeback.extend_cancelled(conn, [head], LEASE) == 1
         if version == 10:
             assert claimed(conn) == []
-            assert writeback.let_go(conn, [head]) == 1
+            assert writeback.end_cancelled(conn, [head]) == 1
             assert claimed(conn) == [behind]
         else:  # not counted: the next job starts at once
             assert claimed(conn) == [behind]
-            assert writeback.let_go(conn, [head]) == 1
+            assert writeback.end_cancelled(conn, [head]) == 1
         assert forms(conn, head.id) == ("failed", None, None)
         assert admin.requeue(conn, ids=[head.id]) == [head.id]

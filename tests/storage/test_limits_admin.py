@@ -96,16 +96,16 @@ def test_a_cancelled_running_head_holds_its_place_until_its_lease_ends(conn):
 
 
 def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
-    """writeback.let_go, which a drain sends once a cancelled claim's handler has ended:
+    """writeback.end_cancelled, which a drain sends once a cancelled claim's handler has ended:
     the place frees at once; a claim still running, a stale token, and a job requeued
     since keep what they had."""
     a, b, c = (drainer.enqueue(conn, "fifo", {}, group=g) for g in ("a", "a", "c"))
     [ja, jc] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)
     admin.cancel(conn, [a])
     stale = model.Job(a, "fifo", {}, ja.attempts - 1, ja.max_attempts)
-    assert writeback.let_go(conn, [stale, jc]) == 0  # not that claim; still running
+    assert writeback.end_cancelled(conn, [stale, jc]) == 0  # not that claim; still running
     assert roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10) == []
-    assert writeback.let_go(conn, [ja]) == 1 and writeback.let_go(conn, [ja]) == 0
+    assert writeback.end_cancelled(conn, [ja]) == 1 and writeback.end_cancelled(conn, [ja]) == 0
     assert status(conn, a) == ("failed", 1, "cancelled")
     assert [j.id for j in roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)] == [b]
     assert status(conn, c) == ("running", 1, None)
@@ -113,9 +113,10 @@ def test_let_go_frees_a_cancelled_claims_place_and_touches_no_other(conn):
     [(lease_end,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (b,))
     requeued = admin.requeue(conn, ids=[b])  # its handler may run on: it stays failed
     assert requeued == [] and requeued.waiting == {b: lease_end}
-    assert writeback.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
+    assert writeback.end_cancelled(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 1  # the handler ended
     assert admin.requeue(conn, ids=[b]) == [b]
-    assert writeback.let_go(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 0  # queued: not its own
+    # Queued again: not its own.
+    assert writeback.end_cancelled(conn, [model.Job(b, "fifo", {}, 1, 5)]) == 0
 
 
 def test_a_drain_frees_a_cancelled_jobs_place_once_its_async_handler_is_cancelled(
@@ -371,7 +372,7 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
     claim of J gets A's token (J, 1) again); the session drops with the answer, after
     the commit. Meanwhile drain B claims J, token (J, 1), its handler starts, and an
     operator cancels J. A sends again (settle_again: without the release, whose outcome
-    it does not know): A's let_go must not free B's place while B's handler runs."""
+    it does not know): A's end_cancelled must not free B's place while B's handler runs."""
     j = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
     [ja] = roundtrip.claim(conn, [], 10, LEASE, limited=[FIFO], take=10)  # drain A
@@ -389,7 +390,7 @@ def test_a_release_whose_answer_was_lost_never_lets_go_a_claim_taken_since(conn,
         settled = drain_.settle(AnswerLost(), outcome, None, None)
         ended = summary_.ended_lost(settled, outcome)  # what write_back sends
         if ended:
-            writeback.let_go(conn, ended)
+            writeback.end_cancelled(conn, ended)
     assert held(conn, j) == ("failed", 1, True), "B's place was let go"
     assert claimed(conn, FIFO) == []
 
@@ -449,7 +450,7 @@ def test_an_in_transaction_drain_frees_the_place_of_a_job_cancelled_under_it(con
 
 def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(conn):
     """cancel, requeue by id once the lease ended, a claim by another drainer, cancel
-    again: the first drain's heartbeat of its cancelled claim (hold) and its let_go
+    again: the first drain's heartbeat of its cancelled claim (hold) and its end_cancelled
     (its token (J, 1)) change nothing."""
     j = drainer.enqueue(conn, "fifo", {}, group="g")
     drainer.enqueue(conn, "fifo", {}, group="g")
@@ -462,7 +463,7 @@ def test_let_go_of_an_old_claim_never_touches_the_claim_after_cancel_requeue(con
     drainer.cancel(conn, [j])
     [(held_until,)] = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,))
     assert writeback.extend_cancelled(conn, [ja], timedelta(hours=1)) == 0
-    assert writeback.let_go(conn, [ja]) == 0
+    assert writeback.end_cancelled(conn, [ja]) == 0
     assert conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (j,)).fetchone() == (
         held_until,)
     assert claimed(conn, FIFO) == []
@@ -581,7 +582,7 @@ def test_a_job_cancelled_while_waiting_in_its_batch_is_let_go_when_given_back(co
             return first(conn)
 
     settled = drain_.settle(Live(), outcome, None, None)
-    assert writeback.let_go(conn, summary_.ended_lost(settled, outcome)) == 1
+    assert writeback.end_cancelled(conn, summary_.ended_lost(settled, outcome)) == 1
     assert held(conn, a) == ("failed", 1, False)
     assert claimed(conn, FIFO) == [b]
 

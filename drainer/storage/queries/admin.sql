@@ -267,7 +267,7 @@ ORDER BY id;
 -- claim gets a token that worker never held. run_at becomes now, when it was cancelled:
 -- archiving judges a failed job's age by it. A running job whose lease is live becomes
 -- cancelled_running until that lease's end: its handler may run on until its worker
--- sees the cancel and the handler ends (let_go); while it runs, the worker's heartbeats
+-- sees the cancel and the handler ends (end_cancelled); while it runs, the worker's heartbeats
 -- push that end on (extend_cancelled), and if the worker is gone, it comes. Until then
 -- its limits count it (limit_cancelled_running) and neither requeue nor archiving takes
 -- it. The lease stays too, for the drainers of releases before migration 11 (which read

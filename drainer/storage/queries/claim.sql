@@ -131,7 +131,7 @@ SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'runn
 -- cancelled while running, whose handler may still run in its worker. It is `failed`
 -- (no other status exists) and keeps its places under its queue's and group's limits
 -- until cancelled_running_until (migration 11), which cancel sets to the claim's lease
--- end, the worker's heartbeat pushes on (extend_cancelled), and let_go clears once the
+-- end, the worker's heartbeat pushes on (extend_cancelled), and end_cancelled clears once the
 -- handler ended. Also in the form releases before migration 11 write, read for this
 -- release only: `failed` with the claim's lease kept (cancelled_running_before_11).
 -- NULL where its columns are: negate it with IS NOT TRUE. Found by

@@ -122,7 +122,7 @@ WHERE j.id = ANY(%(ids)s::bigint[])
         ELSE j.status IN ('queued', 'failed') AND j.last_error = t.error
              AND j.locked_until IS NULL END;
 
--- name: let_go
+-- name: end_cancelled
 -- Claims cancelled while running whose handler has ended in their worker, or never
 -- began: they leave cancelled_running, and their limits' places free now (both of its
 -- forms are cleared). Only a job in that state since that claim (its token) changes.
@@ -132,8 +132,8 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = t.id AND j.attempts = t.attempts
   AND (:cancelled_running);
 
--- name: let_go_unmigrated
--- let_go on a schema without migration 11: the kept lease alone.
+-- name: end_cancelled_unmigrated
+-- end_cancelled on a schema without migration 11: the kept lease alone.
 UPDATE jobs j
 SET locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS t(id, attempts)
