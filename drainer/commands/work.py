@@ -21,7 +21,7 @@ from typing import cast
 import psycopg
 
 from .. import clock, config, stopping
-from ..errors import Conflict, DatabaseUnavailable
+from ..errors import Conflict, DatabaseUnavailable, DrainerError
 from ..run import COUNTS, Options, Summary, drain
 from ..settings import DEFAULT_POLL
 from ..storage import sql
@@ -176,7 +176,7 @@ def _reopen(opener: Opener, exc: Exception, stop: threading.Event) -> psycopg.Co
     return None
 
 
-def _plus_before(total: Summary, exc: Conflict) -> Summary:
+def _plus_before(total: Summary, exc: DrainerError) -> Summary:
     """`total` with the counts of what a drain wrote back before its error (the error's
     `summary`): those jobs ran, and the drain that goes on will not count them."""
     before = exc.summary or {}
@@ -215,6 +215,7 @@ def work(
                     break
                 seconds = _wait_for(conn, summary.next_due, poll_interval)
             except DatabaseUnavailable as exc:
+                total = _plus_before(total, exc)
                 _close(conn)
                 conn = _reopen(claims, exc, stop)
                 if conn is None:

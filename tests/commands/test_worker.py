@@ -264,6 +264,52 @@ def test_an_always_on_worker_counts_what_a_drain_did_before_a_conflict(conn, db_
     assert (total.claimed, total.done, total.failed) == (2, 1, 1)
 
 
+
+def test_an_always_on_worker_counts_what_a_drain_did_before_its_database_went_away(
+        conn, db_url):
+    """A drain whose session dropped, and could not be opened again within its own
+    retries, had already written back a job: `work` reconnects, and its totals still
+    count that job, as they count a drain's work before a conflict."""
+    first, second = (drainer.enqueue(conn, "default", {"n": n}) for n in (1, 2))
+    opened: list[psycopg.Connection] = []
+    refusals = [0]
+    stop = threading.Event()
+
+    def opener() -> psycopg.Connection:
+        if refusals[0]:  # the drain's own retries, then work's first: the server is away
+            refusals[0] -= 1
+            raise drainer.DatabaseUnavailable("the database went away")
+        opened.append(connect(db_url))
+        return opened[-1]
+
+    def handler(job):
+        if job.id == second:  # the first is written back: drop the drain's session
+            refusals[0] = 4
+            with connect(db_url) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [opened[0].info.backend_pid])
+
+    class StopOnReconnect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "database connection back" in record.getMessage():
+                stop.set()
+
+    watched = logging.getLogger("drainer.commands.work")
+    watcher, level = StopOnReconnect(), watched.level
+    watched.addHandler(watcher)
+    watched.setLevel(logging.INFO)  # "database connection back" is an INFO line
+    try:
+        total = work(opener, lambda: connect(db_url), {"default": handler},
+                     drainer.Options(queues=["default"], batch_size=1,
+                                     deadline=clock.monotonic() + 60), poll_interval=1,
+                     stop=stop)
+    finally:
+        watched.removeHandler(watcher)
+        watched.setLevel(level)
+    assert stop.is_set() and refusals[0] == 0  # it did lose the database, and came back
+    assert count(conn, f"id = {first} AND status = 'done'") == 1
+    # The second job's batch was never written back: in neither count, as in a drain's.
+    assert (total.claimed, total.done) == (1, 1)
+
 # --- drain and work totals --------------------------------------------------------------
 
 def totals_lines(stderr: str) -> list[str]:
