@@ -61,6 +61,11 @@ class SchemaMissing(DrainerError):
     exit_code = 3
 
 
+MIGRATE_HINT = ("run `drainer migrate` (in a Django project with drainer.contrib.django "
+                "installed: `manage.py migrate`)")
+NO_JOBS_TABLE = f"this database has no jobs table: {MIGRATE_HINT}"
+
+
 class StatementCancelled(DrainerError):
     """The server cancelled a statement before it finished: its statement_timeout or
     lock_timeout ran out, or an administrator cancelled it (pg_cancel_backend).
@@ -126,7 +131,9 @@ def translate(exc: psycopg.Error) -> DrainerError:
     """Map a psycopg error to the hierarchy, with a message that says what to do."""
     detail = redact(_first_line(exc))
     if isinstance(exc, pg.UndefinedTable | pg.UndefinedColumn | pg.UndefinedFunction):
-        return SchemaMissing(f"the drainer schema is missing ({detail}); run `drainer migrate`")
+        if 'relation "jobs" does not exist' in detail:
+            return SchemaMissing(f"{NO_JOBS_TABLE} ({detail})")
+        return SchemaMissing(f"the drainer schema is missing ({detail}); {MIGRATE_HINT}")
     if isinstance(exc, pg.InvalidPassword | pg.InvalidAuthorizationSpecification) or (
         "authentication failed" in detail or "no password supplied" in detail
     ):

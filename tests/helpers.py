@@ -146,7 +146,7 @@ def schema_at(conn: psycopg.Connection, version: int) -> None:
     sql.run(conn, "migrate_version_table")
     for v in sorted(MIGRATIONS):
         if v <= version:
-            sql.migration(conn, v)
+            conn.execute(MIGRATIONS[v], prepare=False)
             sql.run(conn, "record_version", {"version": v})
 
 

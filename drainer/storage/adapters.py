@@ -53,6 +53,10 @@ class Adapter(ABC):
         """Statements with no parameters and no rows (savepoints), in one round trip
         where the driver can."""
 
+    async def script(self, text: str) -> None:
+        """Several statements in one text, with no parameters (a migration)."""
+        await self.send(text)
+
 
 class Transactional(Adapter):
     """An adapter over a DB-API connection that enqueue also asks about its
@@ -100,6 +104,10 @@ class Psycopg(Transactional):
         with passing(), self.raw.pipeline() if len(texts) > 1 else nullcontext():
             for text in texts:
                 self.raw.execute(text)
+
+    async def script(self, text: str) -> None:
+        with passing():
+            self.raw.execute(text, prepare=False)  # several statements: never prepared
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

@@ -17,7 +17,7 @@ from typing import Any, TypedDict, Unpack, overload
 import psycopg
 
 from .. import defaults, tracing
-from ..errors import BadInput, ConfigError, DrainerError
+from ..errors import NO_JOBS_TABLE, BadInput, ConfigError, DrainerError, SchemaMissing
 from ..model import Enqueued
 from . import drivers, sql
 
@@ -133,7 +133,10 @@ async def require(db: drivers.Db, *, priority: bool = False, key: bool = False,
                 if used and not has]
 
     if lacking(await db.features()):
-        missing = lacking(await db.features(fresh=True))
+        known = await db.features(fresh=True)
+        if not known.jobs:
+            raise SchemaMissing(NO_JOBS_TABLE)
+        missing = lacking(known)
         if missing:
             raise ConfigError(f"the jobs table has no {' or '.join(missing)}: run "
                               "`drainer migrate` to add them")

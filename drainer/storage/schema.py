@@ -7,6 +7,8 @@ only finds out, from its first statement, whether the schema is there.
 import psycopg
 
 from . import sql
+from .adapters import Adapter, Psycopg
+from .drivers import blocking
 from .sql import LATEST_VERSION, MIGRATIONS
 
 
@@ -16,15 +18,22 @@ def migrate(conn: psycopg.Connection) -> list[int]:
     One transaction under an advisory lock, so concurrent runs wait for each other
     and the later ones find nothing to do.
     """
-    sql.forget(conn)  # what the schema has changes now
     with sql.transaction(conn):
-        sql.run(conn, "migrate_lock")
-        sql.run(conn, "migrate_version_table")
-        current = sql.value(conn, "schema_version")
-        applied = [v for v in sorted(MIGRATIONS) if v > current]
-        for version in applied:
-            sql.migration(conn, version)
-            sql.run(conn, "record_version", {"version": version})
+        return blocking(upgrade(Psycopg(conn)))
+
+
+async def upgrade(adapter: Adapter, through: int = LATEST_VERSION) -> list[int]:
+    """The migrations up to `through` not applied yet, applied in the adapter's open
+    transaction (`migrate`'s, or a Django migration's on either psycopg) under the
+    migrate lock, which holds until that transaction ends; returns their versions."""
+    sql.forget(adapter.raw)  # what the schema has changes now
+    await sql.fetch(adapter, "migrate_lock")
+    await sql.send(adapter, "migrate_version_table")
+    current = await sql.fetch(adapter, "schema_version")
+    applied = [v for v in sorted(MIGRATIONS) if (current or (0,))[0] < v <= through]
+    for version in applied:
+        await sql.migration(adapter, version)
+        await sql.fetch(adapter, "record_version", {"version": version})
     return applied
 
 
@@ -33,4 +42,4 @@ def version(conn: psycopg.Connection) -> int:
     return sql.value(conn, "schema_version") if sql.features(conn).versioned else 0
 
 
-__all__ = ["LATEST_VERSION", "migrate", "version"]
+__all__ = ["LATEST_VERSION", "migrate", "upgrade", "version"]

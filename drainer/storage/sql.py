@@ -154,12 +154,6 @@ def cursor(conn: psycopg.Connection) -> psycopg.Cursor:
     return conn.cursor()
 
 
-def migration(conn: psycopg.Connection, version: int) -> None:
-    """Apply one migration of `queries/schema.sql` (several statements: never prepared)."""
-    with translated():
-        conn.execute(MIGRATIONS[version], prepare=False)
-
-
 @contextmanager
 def pipeline(conn: psycopg.Connection) -> Iterator[None]:
     """Statements sent within go out together and are answered in one round trip;
@@ -189,6 +183,11 @@ async def fetch(adapter: Adapter, name: str, params: Params = None, *,
                              None if first is None else QUERIES[first])
 
 
+async def migration(adapter: Adapter, version: int) -> None:
+    """Apply one migration of `queries/schema.sql` through an adapter."""
+    await adapter.script(MIGRATIONS[version])
+
+
 async def send(adapter: Adapter, *names: str) -> None:
     """Named statements with no parameters and no rows, through an adapter."""
     await adapter.send(*(QUERIES[name] for name in names))
@@ -207,7 +206,7 @@ class Features:
     column (and the ready index that orders by it), unique keys (the key column and
     its unique index, which ON CONFLICT needs), the result and meta columns, the
     schedules table, flow control's table of starts, the index of jobs cancelled
-    while running and their column."""
+    while running and their column; and whether the `jobs` table is there at all."""
 
     versioned: bool
     archive: bool
@@ -221,6 +220,7 @@ class Features:
     cancelled_running_index: bool  # migration 10: jobs_held_idx (limit_cancelled_running)
     cancelled_running: bool  # migration 11: the cancelled_running_until column
     scheduled: bool  # the schedules table ever held a row (statistics: may lag)
+    jobs: bool  # the jobs table itself: a database never migrated has none
 
 
 # One cache for every driver, keyed by the connection (psycopg 3's, or the DB-API

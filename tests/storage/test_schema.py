@@ -88,3 +88,33 @@ def test_notify_trigger_sends_the_queue_name_once_per_statement(conn, db_url):
         drainer.enqueue(conn, "sms", {})
         got = [n.payload for n in listener.notifies(timeout=1, stop_after=3)]
     assert got == ["mail", "sms"]
+
+
+@pytest.mark.parametrize("options", [{}, {"priority": 1}, {"key": "k"}])
+def test_enqueue_with_no_jobs_table_names_the_table_as_missing(empty_db_url, options):
+    with psycopg.connect(empty_db_url, autocommit=True) as conn, pytest.raises(
+            drainer.SchemaMissing, match="this database has no jobs table: run `drainer migrate`"):
+        drainer.enqueue(conn, "default", {}, **options)
+
+
+def test_migrate_runs_its_steps_on_psycopg_2_as_well(empty_db_url, db_url):
+    """The migrations as a Django migration applies them: through another driver's
+    connection, in that connection's open transaction, up to a given version."""
+    from drainer.storage.adapters import Psycopg2
+    from drainer.storage.drivers import blocking
+    from tests.helpers import require_module
+
+    psycopg2 = require_module("psycopg2", "drivers")
+    pg2 = psycopg2.connect(empty_db_url)
+    try:
+        assert blocking(schema.upgrade(Psycopg2(pg2), 3)) == [1, 2, 3]
+        pg2.rollback()  # the transaction's: nothing stays
+        assert blocking(schema.upgrade(Psycopg2(pg2), 3)) == [1, 2, 3]
+        pg2.commit()
+        assert blocking(schema.upgrade(Psycopg2(pg2))) == [v for v in MIGRATIONS if v > 3]
+        pg2.commit()
+    finally:
+        pg2.close()
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        assert schema.version(conn) == LATEST_VERSION
+    assert catalog(empty_db_url) == catalog(db_url)

@@ -27,7 +27,7 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 -- jobs cancelled while running, migration 11's column of them (cancelled_running), and
 -- whether the schedules table ever held a row (by the statistics, which may lag a moment: a
 -- drain with no schedule declared reads the table only then, so a database that never
--- used schedules pays no statement for them).
+-- used schedules pays no statement for them), and whether there is a jobs table at all.
 SELECT to_regclass('drainer_schema') IS NOT NULL,
        to_regclass('jobs_archive') IS NOT NULL,
        'done_at' = ANY (c.names),
@@ -40,7 +40,8 @@ SELECT to_regclass('drainer_schema') IS NOT NULL,
        to_regclass('jobs_held_idx') IS NOT NULL,
        'cancelled_running_until' = ANY (c.names),
        coalesce((SELECT n_tup_ins + n_live_tup > 0 FROM pg_stat_user_tables
-                 WHERE relid = to_regclass('drainer_schedules')), false)
+                 WHERE relid = to_regclass('drainer_schedules')), false),
+       to_regclass('jobs') IS NOT NULL
 FROM (SELECT coalesce(array_agg(attname::text), '{}') AS names FROM pg_attribute
       WHERE attrelid = to_regclass('jobs') AND attnum > 0 AND NOT attisdropped) AS c;
 
