@@ -1,11 +1,16 @@
-"""Which database to use: the flag, `DRAINER_DATABASE_URL`, `DATABASE_URL`, libpq's
-`PG*` variables, and outside a cloud function the embedded server. (Every other
-setting is in `drainer.settings`.)
+"""Which database to use, first found: the flag (or `DRAINER_DATABASE_URL`), Django's
+database when Django is configured, `DATABASE_URL`, libpq's `PG*` variables, and
+outside a cloud function the embedded server. (Every other setting is in
+`drainer.settings`.)
 """
 
 import os
 import sys
 from dataclasses import dataclass
+from importlib.util import find_spec
+from typing import Any
+
+import psycopg
 
 from .errors import ConfigError
 
@@ -27,9 +32,13 @@ class Database:
 
 def database_url(flag: str | None) -> str | None:
     """The configured URL, or None when nothing names a database."""
-    for value in (flag, os.environ.get("DRAINER_DATABASE_URL"), os.environ.get("DATABASE_URL")):
-        if value:
-            return value
+    explicit = flag or os.environ.get("DRAINER_DATABASE_URL")  # the option's own variable
+    if explicit:
+        return explicit
+    if django_configured():
+        return django_url()
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
     if any(os.environ.get(name) for name in LIBPQ_MARKERS):
         return ""  # libpq fills everything from PG* variables
     return None
@@ -57,3 +66,69 @@ def _start_embedded() -> str:
     print("drainer: no database URL given; using the embedded PostgreSQL in "
           f"./{embedded.EMBEDDED_DIR}/", file=sys.stderr)
     return embedded.use()
+
+
+# Django's database: one of its DATABASES, named by the DRAINER setting.
+
+DJANGO_SETTINGS = {"DATABASE"}  # the keys of the DRAINER setting
+
+
+def django_configured() -> bool:
+    """Whether this process runs with a Django project's settings: named by
+    DJANGO_SETTINGS_MODULE (manage.py sets it), or configured in code."""
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return find_spec("django") is not None
+    conf = sys.modules.get("django.conf")
+    return conf is not None and bool(conf.settings.configured)
+
+
+def django_alias() -> str:
+    """The alias in DATABASES of drainer's database: the DRAINER setting's DATABASE,
+    else the one the drainer task backends' OPTIONS name, else "default"."""
+    from django.conf import settings
+
+    given = getattr(settings, "DRAINER", None) or {}
+    if not isinstance(given, dict) or set(given) - DJANGO_SETTINGS:
+        raise ConfigError(f"the DRAINER setting must be a dict of {sorted(DJANGO_SETTINGS)}, "
+                          f"not {given!r}")
+    tasks: dict[str, Any] = getattr(settings, "TASKS", None) or {}
+    named = {params["OPTIONS"]["DATABASE"] for params in tasks.values()
+             if _drainer_backend(params.get("BACKEND", ""))
+             and "DATABASE" in (params.get("OPTIONS") or {})}
+    if "DATABASE" in given:
+        named.add(given["DATABASE"])
+    if len(named) > 1:
+        raise ConfigError(f"drainer's database is named twice in Django's settings: "
+                          f"{sorted(named)}; name it once, in DRAINER = {{'DATABASE': ...}}")
+    return named.pop() if named else "default"
+
+
+def _drainer_backend(path: str) -> bool:
+    """Whether a TASKS backend is drainer's (or a subclass)."""
+    from django.utils.module_loading import import_string
+
+    try:
+        return bool(getattr(import_string(path), "drainer_backend", False))
+    except ImportError:
+        return False
+
+
+def django_url() -> str:
+    """The libpq connection string of drainer's Django database, as Django connects to
+    it (a test run's test database included)."""
+    from django.db import connections
+
+    alias = django_alias()
+    if alias not in connections.settings:
+        raise ConfigError(f"drainer's database {alias!r} is not one of Django's DATABASES "
+                          f"({', '.join(connections.settings)})")
+    database = connections[alias]
+    if database.vendor != "postgresql":
+        raise ConfigError(f"Django's database {alias!r} is {database.vendor}, not PostgreSQL")
+    given = database.settings_dict
+    params = {"dbname": given.get("NAME"), "user": given.get("USER"),
+              "password": given.get("PASSWORD"), "host": given.get("HOST"),
+              "port": given.get("PORT")}
+    keywords = {o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults()}
+    params.update({k: v for k, v in (given.get("OPTIONS") or {}).items() if k in keywords})
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v})

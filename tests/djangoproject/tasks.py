@@ -54,3 +54,11 @@ def database_rows() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT note FROM orders ORDER BY note")
         return [note for (note,) in cursor.fetchall()]
+
+
+@task
+def remember(note: str) -> int:
+    """An order through the ORM: a note already there is a unique violation."""
+    from tests.djangoproject.shop.models import Order
+
+    return Order.objects.create(note=note).pk

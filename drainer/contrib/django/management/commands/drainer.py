@@ -1,0 +1,35 @@
+"""`manage.py drainer VERB [OPTIONS]`: the drainer command (`drainer --help`) on the
+project's database, with its Django tasks registered: one command of Django's, so
+drainer's `migrate` never shadows Django's own."""
+
+import argparse
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from drainer.commands import cli
+
+
+class Command(BaseCommand):  # type: ignore[misc]
+    help = ("drainer's command on this project's database: `manage.py drainer drain`, "
+            "`work`, `stats`, `failed`, `show`, `requeue`, `cancel`, `schedules`, "
+            "`doctor`, `migrate`... (`manage.py drainer --help`)")
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("args", nargs=argparse.REMAINDER,
+                            help="a drainer command and its options")
+
+    def print_help(self, prog_name: str, subcommand: str) -> None:
+        cli.main(["--help"])
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """What manage.py runs: drainer's own options and exit code, untouched by
+        Django's parsing."""
+        sys.exit(cli.main(argv[2:]))
+
+    def handle(self, *args: str, **options: Any) -> None:
+        """call_command("drainer", VERB, ...)."""
+        code = cli.main(list(args))
+        if code:
+            raise CommandError(f"drainer {' '.join(args)} exited {code}", returncode=code)

@@ -1,0 +1,152 @@
+"""drainer as an installed Django app, driven through the test project's manage.py
+(tests/djangoproject): `manage.py migrate` gives a fresh database drainer's tables,
+`manage.py drainer VERB` runs the drainer command on Django's database with no URL
+given, the drain finds that database before DATABASE_URL and never falls back to the
+embedded server, and Django's own tests (`manage.py test`) get every table in the
+test database, drainer.testing on Django's connection, and the admin's view."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from drainer.storage import schema
+from drainer.storage.sql import LATEST_VERSION, MIGRATIONS
+from tests.helpers import ROOT, clean_env, require_module, run_cli
+
+django = require_module("django", "django")
+if django.VERSION < (6,):
+    require_module("django_tasks", "django")  # Django 6's Tasks framework, backported
+
+MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
+SETTINGS = "tests.djangoproject.settings"
+
+
+def env(url: str, **more: str) -> dict[str, str]:
+    backport = {"DRAINER_DJANGO_BACKPORT": "1"} if django.VERSION < (6,) else {}
+    return clean_env(DJANGO_SETTINGS_MODULE=SETTINGS, DRAINER_DJANGO_DATABASE_URL=url,
+                     **backport, **more)
+
+
+def manage(url: str, *args: str, **more: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(MANAGE), *args], text=True,
+                          capture_output=True, env=env(url, **more), timeout=240, cwd=ROOT)
+
+
+def name(version: int) -> str:
+    """The Django migration of a schema version (importing drainer.contrib.django needs
+    Django's settings, which are the project's processes', not this one's)."""
+    return f"{version:04d}_schema_{version}"
+
+
+def enqueue_add(url: str) -> int:
+    """A task enqueued through Django's Tasks API, on Django's database."""
+    done = manage(url, "shell", "-c", "from tests.djangoproject import tasks; "
+                  "print(tasks.add.enqueue(2, 3).id)")
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def summary(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def migrated(empty_db_url: str) -> str:
+    """A fresh database, as `manage.py migrate` leaves it."""
+    done = manage(empty_db_url, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert "Applying drainer.0001_schema_1... OK" in done.stdout
+    return empty_db_url
+
+
+def test_manage_py_migrate_gives_a_fresh_database_drainers_latest_schema(migrated, db_url):
+    with psycopg.connect(migrated) as conn:
+        assert schema.version(conn) == LATEST_VERSION
+        tables = {t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert {"jobs", "jobs_archive", "drainer_schema", "shop_order"} <= tables
+    from tests.storage.test_schema import catalog
+
+    drainers = [row for row in catalog(migrated) if not any(
+        django in str(v) for v in row for django in ("django_", "auth_", "shop_"))]
+    assert drainers == catalog(db_url)  # as `drainer migrate` makes it
+    again = manage(migrated, "drainer", "migrate")
+    assert again.returncode == 0 and "already" in again.stderr + again.stdout
+
+
+def test_one_django_migration_per_schema_version():
+    folder = ROOT / "drainer" / "contrib" / "django" / "migrations"
+    found = sorted(p.stem for p in folder.glob("0*.py"))
+    assert found == [name(v) for v in sorted(MIGRATIONS)]
+    assert found[-1] == name(LATEST_VERSION)
+
+
+def test_the_apps_migrations_match_its_models(migrated):
+    done = manage(migrated, "makemigrations", "--check", "--dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_manage_py_drainer_drains_djangos_database_with_no_url_given(migrated):
+    job = enqueue_add(migrated)
+    drained = manage(migrated, "drainer", "drain")
+    assert drained.returncode == 0, drained.stderr
+    assert "embedded" not in drained.stderr
+    assert (summary(drained.stdout)["done"], summary(drained.stdout)["stopped"]) == (1, "empty")
+    with psycopg.connect(migrated) as conn:
+        assert conn.execute("SELECT status, result FROM jobs WHERE id = %s",
+                            [job]).fetchone() == ("done", 5)
+
+
+def test_the_drain_finds_djangos_database_before_the_usual_variables(migrated, db_url):
+    """--database-url (or DRAINER_DATABASE_URL) first, then Django's database, then
+    DATABASE_URL and PG*; never the embedded server while Django names a database."""
+    job = enqueue_add(migrated)
+    unreachable = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
+    for given in ({"args": ("--database-url", db_url)},
+                  {"env": {"DRAINER_DATABASE_URL": db_url}}):
+        elsewhere = run_cli("drain", *given.get("args", ()), "--tasks",
+                            "drainer.contrib.django",
+                            env=env(migrated, **given.get("env", {})))
+        assert elsewhere.returncode == 0 and summary(elsewhere.stdout)["claimed"] == 0
+    drained = run_cli("drain", "--tasks", "drainer.contrib.django",
+                      env=env(migrated, DATABASE_URL=unreachable, PGHOST="127.0.0.1",
+                              PGPORT="1"))
+    assert drained.returncode == 0, drained.stderr
+    assert "embedded" not in drained.stderr and summary(drained.stdout)["done"] == 1
+    with psycopg.connect(migrated) as conn:
+        assert conn.execute("SELECT status FROM jobs WHERE id = %s", [job]).fetchone() == (
+            "done",)
+
+
+def test_a_drainer_database_django_does_not_have_is_named(migrated):
+    done = manage(migrated, "drainer", "stats", DRAINER_DJANGO_ALIAS="jobs")
+    assert done.returncode == 2
+    assert "drainer's database 'jobs' is not one of Django's DATABASES (default)" in done.stderr
+
+
+def test_manage_py_drainer_has_the_commands_verbs_help_and_exit_codes(migrated):
+    helped = manage(migrated, "drainer", "--help")
+    assert helped.returncode == 0 and "usage: drainer" in helped.stdout
+    assert "requeue" in helped.stdout and "schedules" in helped.stdout
+    listed = manage(migrated, "help")
+    assert "\n    drainer\n" in listed.stdout
+    stats = manage(migrated, "drainer", "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert manage(migrated, "drainer", "show", "424242").returncode == 1
+    bad = manage(migrated, "drainer", "drain", "--lease", "nope")
+    assert bad.returncode == 2 and "--lease" in bad.stderr
+
+
+def test_djangos_own_tests_get_every_table_and_drainer_testing_on_its_connection(migrated):
+    done = manage(migrated, "test", "tests.djangoproject.shop", "-v", "2")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "Ran " in out and "OK" in out
+    ran = int(next(line for line in out.splitlines() if line.startswith("Ran "))
+              .split()[1])
+    tests = Path(ROOT / "tests" / "djangoproject" / "shop" / "tests.py").read_text()
+    assert ran == tests.count("    def test_")
