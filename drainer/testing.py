@@ -34,6 +34,7 @@ PYTEST_DONT_REWRITE: its assertions make their own messages, and pytest need not
 rewrite it, nor warn when a conftest imported it before enabling the plugin.
 """
 
+import inspect
 import itertools
 import os
 import subprocess
@@ -55,10 +56,11 @@ from .engine.drain import Drain, checked
 from .engine.runners import CALLER
 from .engine.session import InTransaction
 from .errors import ConfigError, DrainerError, password_of, redact
+from .model import Job
 from .run import Options, Summary
 from .storage import drivers, sql
 from .storage.schema import migrate
-from .tasks import Handler
+from .tasks import Handler, Task, as_task
 
 if TYPE_CHECKING:
     from .embedded import Cluster
@@ -269,10 +271,34 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
     # One slot, on this thread; a claim of IN_TRANSACTION_BATCH at most, as given.
     options = replace(options, concurrency=1, deadline=None,
                       batch_size=options.batch_size or IN_TRANSACTION_BATCH)
-    Drain(InTransaction(conn), CALLER, handlers, options, threading.Event(), summary,
+    saved = {queue: _in_savepoint(conn, as_task(queue, handler))
+             for queue, handler in handlers.items()}
+    Drain(InTransaction(conn), CALLER, saved, options, threading.Event(), summary,
           upkeep=False).run()
     summary.seconds = clock.monotonic() - began
     return summary
+
+
+def _in_savepoint(conn: psycopg.Connection, task: Task) -> Task:
+    """The task with each call of its handler in a savepoint of the test's transaction:
+    a statement of the handler's that fails (a unique violation, say) rolls back to
+    it, a failed attempt like any other, and the transaction, the other jobs'
+    outcomes with it, goes on."""
+    fn = task.fn
+    if inspect.iscoroutinefunction(fn):
+        async def run_async(job: Job) -> object:
+            with sql.savepoint(conn):
+                result = await fn(job)
+            return result
+
+        return task.of(run_async)
+
+    def run(job: Job) -> object:
+        with sql.savepoint(conn):
+            result = fn(job)
+        return result
+
+    return task.of(run)
 
 
 def _psycopg(conn: object) -> psycopg.Connection:
@@ -313,7 +339,7 @@ class Queued:
 def enqueued(conn: object, queue: str | None = None) -> list[Queued]:
     """The jobs queued in `queue` (None: in every queue), oldest first, as this
     connection sees them (its own transaction's included)."""
-    rows = sql.rows(_psycopg(conn), "testing_queued", {"queue": queue})
+    rows = sql.json_rows(_psycopg(conn), "testing_queued", {"queue": queue})
     found = []
     for job_id, name, payload, run_at, attempts, max_attempts, rest in rows:
         meta = rest.get("meta")

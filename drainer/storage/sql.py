@@ -19,6 +19,8 @@ from importlib.resources import files
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import JsonbLoader
 
 from ..errors import translated
 from .adapters import Adapter, Row, Transactional
@@ -166,6 +168,31 @@ def pipeline(conn: psycopg.Connection) -> Iterator[None]:
 def transaction(conn: psycopg.Connection) -> Iterator[None]:
     with translated(), conn.transaction():
         yield
+
+
+@contextmanager
+def savepoint(conn: psycopg.Connection) -> Iterator[None]:
+    """A savepoint of the connection's open transaction around a handler's call
+    (drain_now(in_transaction=True)): what the handler wrote stays, unless one of its
+    statements failed and aborted the transaction, which is then rolled back to the
+    savepoint and goes on. The handler's exception goes on untranslated."""
+    run(conn, "handler_savepoint")
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            run(conn, "handler_savepoint_rollback")
+        run(conn, "handler_savepoint_release")
+
+
+def json_rows(conn: psycopg.Connection, name: str, params: Params = None
+              ) -> list[tuple[Any, ...]]:
+    """Every row of the named statement, jsonb loaded as Python values whatever the
+    connection's own loaders (Django's load jsonb as text)."""
+    cur = conn.cursor()
+    cur.adapters.register_loader("jsonb", JsonbLoader)
+    with translated():
+        return cur.execute(QUERIES[name], params or {}).fetchall()
 
 
 @contextmanager

@@ -3,8 +3,8 @@
 import json
 import threading
 import traceback
-from collections.abc import Callable, Iterable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -53,6 +53,20 @@ def _close_old_connections() -> None:
 
     if not any(c.in_atomic_block for c in connections.all(initialized_only=True)):
         close_old_connections()
+
+
+@contextmanager
+def _savepoints() -> Iterator[None]:
+    """In a test's transaction (drain_now(in_transaction=True) in Django's TestCase), the
+    task in an atomic() block of each connection in one, as Django nests them: a query
+    of the task's that fails rolls back to there, and the test's transaction goes on."""
+    from django.db import connections, transaction
+
+    with ExitStack() as blocks:
+        for connection in connections.all(initialized_only=True):
+            if connection.in_atomic_block:
+                blocks.enter_context(transaction.atomic(using=connection.alias))
+        yield
 
 
 def _traceback(exc: BaseException) -> str:
@@ -112,7 +126,9 @@ def run(job: Job) -> object:
         return _run_async(job, alias, task.func, args, kwargs)
     _close_old_connections()
     try:
-        return normalize_json(task.func(*args, **kwargs))
+        with _savepoints():
+            value = task.func(*args, **kwargs)
+        return normalize_json(value)
     except BaseException as exc:
         _record(job, alias, exc)
         raise

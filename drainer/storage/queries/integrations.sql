@@ -19,6 +19,17 @@ SET meta = coalesce(meta, '{}'::jsonb) || jsonb_build_object(
              %(key)s::text, coalesce(meta -> %(key)s, '[]'::jsonb) || %(error)s::jsonb)
 WHERE id = %(id)s AND attempts = %(attempts)s AND status = 'running';
 
+-- name: handler_savepoint
+-- drainer.testing.drain_now(in_transaction=True): each handler's call in a savepoint of
+-- the test's transaction, rolled back to only when a statement of the handler's failed.
+SAVEPOINT drainer_handler;
+
+-- name: handler_savepoint_rollback
+ROLLBACK TO SAVEPOINT drainer_handler;
+
+-- name: handler_savepoint_release
+RELEASE SAVEPOINT drainer_handler;
+
 -- name: testing_queued
 -- drainer.testing.enqueued(): the queued jobs (of one queue, or all), with every
 -- column but the payload as one JSON object: a table made by hand may lack the key,

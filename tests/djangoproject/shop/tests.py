@@ -2,10 +2,16 @@
 run by tests/test_django_project.py: drainer's tables in Django's test database,
 drainer.testing on Django's connection, and the admin's view of the jobs."""
 
+from unittest.mock import ANY
+
 from django.db import connection
 from django.test import TestCase
 
+import drainer
+from drainer import testing
 from drainer.storage.sql import LATEST_VERSION
+from tests.djangoproject import tasks
+from tests.djangoproject.shop.models import Order
 
 TABLES = {"jobs", "jobs_archive", "drainer_schema", "drainer_schedules", "drainer_starts"}
 
@@ -16,3 +22,43 @@ class TestDatabase(TestCase):
         with connection.cursor() as cursor:
             cursor.execute("SELECT max(version) FROM drainer_schema")
             self.assertEqual(cursor.fetchone()[0], LATEST_VERSION)
+
+
+class TestTesting(TestCase):
+    def test_enqueued_and_assert_enqueued_read_djangos_connection(self):
+        result = tasks.send.enqueue("ann@example.com")
+        (job,) = testing.assert_enqueued(connection, "emails", count=1, payload=ANY)
+        self.assertEqual(str(job.id), result.id)
+        self.assertEqual(job.payload["args"], ["ann@example.com"])
+        self.assertEqual((job.priority, job.key, job.group), (7, None, None))
+        self.assertEqual([j.id for j in testing.enqueued(connection)], [job.id])
+        with self.assertRaisesRegex(AssertionError, "found 0"):
+            testing.assert_enqueued(connection, "emails", payload={"other": 1})
+
+    def test_a_task_whose_query_fails_is_a_failed_attempt_and_the_others_stand(self):
+        Order.objects.create(note="taken")
+        kept = tasks.remember.enqueue("fresh")
+        clash = tasks.remember.enqueue("taken")
+        summed = tasks.add.enqueue(2, 3)
+        summary = testing.drain_now(connection, in_transaction=True)
+        self.assertEqual((summary.done, summary.failed), (2, 1))
+        self.assertEqual(tasks.remember.get_result(kept.id).status, "SUCCESSFUL")
+        self.assertEqual(tasks.add.get_result(summed.id).return_value, 5)
+        failed = tasks.remember.get_result(clash.id)
+        self.assertEqual(failed.status, "FAILED")
+        self.assertIn("IntegrityError", failed.errors[0].exception_class_path)
+        self.assertEqual(sorted(Order.objects.values_list("note", flat=True)),
+                         ["fresh", "taken"])
+
+    def test_a_plain_handler_whose_statement_fails_rolls_back_to_its_savepoint(self):
+        def insert(job):
+            with connection.cursor() as cursor:
+                cursor.execute("INSERT INTO shop_order (note) VALUES (%s)", [job.payload])
+
+        Order.objects.create(note="taken")
+        for note in ("taken", "new"):
+            drainer.enqueue(connection, "notes", note, max_attempts=1)
+        summary = testing.drain_now(connection, handlers={"notes": insert},
+                                    in_transaction=True)
+        self.assertEqual((summary.done, summary.failed), (1, 1))
+        self.assertEqual(Order.objects.count(), 2)
