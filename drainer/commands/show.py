@@ -59,13 +59,10 @@ def format_job(shown: Shown) -> str:
     pad = max(len(key) for key in row) + 2
     lines = [f"job {row.get('id', '?')}" + (" (archived: in jobs_archive)" if archived else "")]
     for key, value in row.items():
-        text = (json.dumps(value, indent=2, ensure_ascii=False)
-                if key == "payload" or (key in JSON_COLUMNS and value is not None)
-                else _value(value))
-        first, *rest = text.split("\n")
+        first, *rest = column_text(key, value).split("\n")
         lines.append(f"{key.ljust(pad)}{first}".rstrip())
         lines += [" " * pad + line for line in rest]
-    lease = _lease(row.get("status"), shown.lease_left)
+    lease = lease_note(row.get("status"), shown.lease_left)
     if lease:
         lines += ["", lease]
     if row.get("status") == "failed" and not archived:
@@ -74,7 +71,14 @@ def format_job(shown: Shown) -> str:
     return "\n".join(lines)
 
 
-def _lease(status: object, left: float | None) -> str | None:
+def column_text(key: str, value: object) -> str:
+    """A column's value as shown: the payload, result and meta as indented JSON."""
+    if key == "payload" or (key in JSON_COLUMNS and value is not None):
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    return _value(value)
+
+
+def lease_note(status: object, left: float | None) -> str | None:
     """What a running job's lease (locked_until) means now, by the database clock; and
     a job cancelled while running, whose handler may run until its lease ends."""
     if left is None:

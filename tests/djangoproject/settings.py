@@ -40,6 +40,7 @@ TEMPLATES = [{
     ]},
 }]
 ROOT_URLCONF = "tests.djangoproject.urls"
+STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DRAINER = ({"DATABASE": os.environ["DRAINER_DJANGO_ALIAS"]}
            if os.environ.get("DRAINER_DJANGO_ALIAS") else {})

@@ -5,12 +5,17 @@ file of `migrations/` is one line: `Migration = step(N)`."""
 
 from typing import Any
 
-from django.db import migrations
+from django.db import migrations, models
 
 from drainer import config
 from drainer.storage import schema, sql
 from drainer.storage.adapters import DjangoCursors
 from drainer.storage.drivers import blocking
+
+# The admin's model of the jobs table (models.py): state only, no table of Django's.
+JOB_MODEL = migrations.CreateModel(
+    name="Job", fields=[("id", models.BigIntegerField(primary_key=True, serialize=False))],
+    options={"db_table": "jobs", "managed": False, "verbose_name": "job"})
 
 
 def name(version: int) -> str:
@@ -31,5 +36,7 @@ def step(version: int) -> Any:
     class Migration(migrations.Migration):  # type: ignore[misc]
         dependencies = [] if version == 1 else [("drainer", name(version - 1))]
         operations = [migrations.RunPython(forward)]  # irreversible: drop by hand
+        if version == 1:
+            operations.append(JOB_MODEL)
 
     return Migration

@@ -4,6 +4,7 @@ drainer.testing on Django's connection, and the admin's view of the jobs."""
 
 from unittest.mock import ANY
 
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import TestCase
 
@@ -62,3 +63,46 @@ class TestTesting(TestCase):
                                     in_transaction=True)
         self.assertEqual((summary.done, summary.failed), (1, 1))
         self.assertEqual(Order.objects.count(), 2)
+
+
+class TestAdmin(TestCase):
+    """The jobs in Django's admin, read-only, every value escaped."""
+
+    def setUp(self):
+        self.client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+
+    def test_the_jobs_page_shows_the_queues_and_failed_jobs_escaped(self):
+        drainer.enqueue(connection, "mail", {"to": "ann"})
+        failed = drainer.enqueue(connection, "<b>bad</b>", {"n": 1}, max_attempts=1)
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE jobs SET status = 'failed', last_error = %s WHERE id = %s",
+                           ["ValueError: <script>alert(1)</script>", failed])
+        page = self.client.get("/admin/drainer/job/")
+        self.assertEqual(page.status_code, 200)
+        text = page.content.decode()
+        self.assertIn('<a href="?queue=mail">mail</a></td><td>queued</td>', text)
+        self.assertIn("&lt;script&gt;alert(1)&lt;/script&gt;", text)
+        self.assertNotIn("<script>alert(1)", text)
+        self.assertIn("&lt;b&gt;bad&lt;/b&gt;", text)
+        self.assertIn(f'href="/admin/drainer/job/{failed}/change/"', text)
+        self.assertNotIn("/admin/drainer/job/add/", text)
+        of_queue = self.client.get("/admin/drainer/job/", {"queue": "mail"}).content.decode()
+        self.assertIn("No failed jobs.", of_queue)
+
+    def test_one_job_shows_every_column_and_nothing_can_change_it(self):
+        job = drainer.enqueue(connection, "mail", {"to": "<ann>"})
+        page = self.client.get(f"/admin/drainer/job/{job}/change/")
+        self.assertEqual(page.status_code, 200)
+        text = page.content.decode()
+        self.assertIn('&quot;to&quot;: &quot;&lt;ann&gt;&quot;', text)
+        self.assertIn("<th>attempts</th>", text)
+        self.assertEqual(self.client.get("/admin/drainer/job/424242/change/").status_code, 404)
+        self.assertEqual(self.client.get("/admin/drainer/job/add/").status_code, 403)
+        deleted = self.client.post(f"/admin/drainer/job/{job}/delete/", {"post": "yes"})
+        self.assertEqual(deleted.status_code, 403)
+        self.assertEqual(testing.enqueued(connection, "mail")[0].id, job)
+
+    def test_staff_without_the_view_permission_is_refused(self):
+        staff = User.objects.create_user("staff", password="pw", is_staff=True)
+        self.client.force_login(staff)
+        self.assertEqual(self.client.get("/admin/drainer/job/").status_code, 403)
