@@ -13,7 +13,7 @@ import pytest
 
 import drainer
 from drainer import tasks, testing
-from tests.helpers import clean_env, wait_until
+from tests.helpers import clean_env, require_module, wait_until
 
 
 def handler_threads() -> list[threading.Thread]:
@@ -152,3 +152,44 @@ def test_drain_now_in_transaction_claims_a_limited_queue_within_its_limits(
         assert (summary.claimed, summary.done) == (3, 3)
         assert ran == sorted(ran)  # one at a time, in enqueue order
         app.rollback()
+
+
+@pytest.mark.parametrize("through", ["connection", "session"])
+def test_the_helpers_on_sqlalchemy_on_psycopg_3(db_url, through):
+    """enqueued, assert_enqueued and drain_now(in_transaction=True) on a SQLAlchemy
+    Connection or Session, as on psycopg's: a handler whose statement fails is a
+    failed attempt, and the transaction goes on."""
+    sqlalchemy = require_module("sqlalchemy", "drivers")
+    from sqlalchemy.orm import Session
+
+    from tests.storage.test_drivers import sqlalchemy_url
+
+    engine = sqlalchemy.create_engine(sqlalchemy_url(db_url, "psycopg"))
+    try:
+        with engine.connect() as connection:
+            app = connection if through == "connection" else Session(bind=connection)
+            app.execute(sqlalchemy.text("CREATE TEMP TABLE notes (note text UNIQUE)"))
+            drainer.enqueue(app, "notes", "taken", key="k", max_attempts=1)
+            drainer.enqueue(app, "notes", "taken", max_attempts=1)
+            [job] = testing.assert_enqueued(app, "notes", key="k", count=1)
+            assert job.payload == "taken" and len(testing.enqueued(app)) == 2
+
+            def insert(job):
+                app.execute(sqlalchemy.text("INSERT INTO notes VALUES (:n)"), {"n": job.payload})
+
+            summary = testing.drain_now(app, handlers={"notes": insert}, in_transaction=True)
+            assert (summary.done, summary.failed) == (1, 1)
+            assert app.execute(sqlalchemy.text("SELECT count(*) FROM notes")).scalar() == 1
+            connection.rollback()
+    finally:
+        engine.dispose()
+
+
+def test_the_helpers_refuse_psycopg_2_saying_so(db_url):
+    psycopg2 = require_module("psycopg2", "drivers")
+    pg2 = psycopg2.connect(db_url)
+    try:
+        with pytest.raises(drainer.ConfigError, match="not one of psycopg 2"):
+            testing.enqueued(pg2)
+    finally:
+        pg2.close()
