@@ -9,6 +9,7 @@ from functools import lru_cache
 import psycopg
 from psycopg import _encodings
 
+from . import defaults
 from .errors import ConfigError, translated
 
 APPLICATION_NAME = "drainer"
@@ -40,7 +41,7 @@ def connect(
     url: str,
     *,
     application_name: str = APPLICATION_NAME,
-    connect_timeout: float = 10,
+    connect_timeout: float | None = None,
     statement_timeout: timedelta | None = timedelta(seconds=30),
     prepare: bool = True,
 ) -> psycopg.Connection:
@@ -53,7 +54,9 @@ def connect(
     so the statement timeout behind one is the role's (ALTER ROLE ... SET
     statement_timeout). libpq's PG* variables fill whatever the URL leaves out:
     `application_name` is only a fallback, and our options are merged with the user's.
-    The client encoding is always UTF-8 (see CLIENT_ENCODING).
+    The client encoding is always UTF-8 (see CLIENT_ENCODING). `connect_timeout`
+    caps the attempt's libpq `connect_timeout` (the URL's, else PGCONNECT_TIMEOUT,
+    else ATTEMPT_TIMEOUT): what a drain's retries have left.
     """
     ours = ""
     if statement_timeout is not None and prepare:
@@ -65,11 +68,25 @@ def connect(
             autocommit=True,
             fallback_application_name=application_name,
             client_encoding=CLIENT_ENCODING,
-            connect_timeout=max(1, int(connect_timeout)),
+            connect_timeout=attempt_timeout(params, connect_timeout),
             options=merged_options(params, ours),
             prepare_threshold=0 if prepare else None,
         )
     return conn
+
+
+def attempt_timeout(params: dict[str, str | int | None], cap: float | None) -> int:
+    """Whole seconds for one attempt: libpq's own `connect_timeout` (the URL's, else
+    PGCONNECT_TIMEOUT), else ATTEMPT_TIMEOUT; at most `cap`. At least 1 (libpq
+    waits 2 s at the least, and 0 would wait forever)."""
+    given = params.get("connect_timeout") or os.environ.get("PGCONNECT_TIMEOUT")
+    try:
+        seconds = float(given) if given else defaults.ATTEMPT_TIMEOUT
+    except ValueError:
+        raise ConfigError(f"connect_timeout={given!r} is not a number of seconds") from None
+    if seconds <= 0:  # libpq's "wait forever": a resuming database could hold us there
+        seconds = defaults.ATTEMPT_TIMEOUT
+    return max(1, int(seconds if cap is None else min(seconds, cap)))
 
 
 def merged_options(params: dict[str, str | int | None], ours: str) -> str | None:

@@ -14,3 +14,8 @@ STATEMENT_TIMEOUT = 10.0  # seconds, in the cloud function
 SECRET_TTL = 300.0  # seconds; a rotated secret is picked up at worst this late
 MAX_DEPTH = 10  # the cloud function's continuations in a row
 KICK_INTERVAL = 1.0  # seconds: a producer's kicks of the function coalesce within it
+# Seconds a drain keeps trying to get its first session (across attempts): a database
+# that scales to zero refuses or holds connections while it resumes, and Aurora
+# Serverless v2 takes about 15 s from 0 ACU, up to about 30 s after a long pause.
+CONNECT_TIMEOUT = 40.0
+ATTEMPT_TIMEOUT = 10.0  # seconds for one connection attempt, unless libpq's connect_timeout says

@@ -39,6 +39,7 @@ DEFAULT_MAX_READY_AGE = defaults.MAX_READY_AGE
 DEFAULT_STATEMENT_TIMEOUT = defaults.STATEMENT_TIMEOUT
 DEFAULT_SECRET_TTL = defaults.SECRET_TTL
 DEFAULT_MAX_DEPTH = defaults.MAX_DEPTH
+DEFAULT_CONNECT_TIMEOUT = defaults.CONNECT_TIMEOUT
 BATCH_ALLOWANCE = 5.0  # seconds a batch may overrun the handler-time estimate
 INVOKE_ALLOWANCE = 5.0  # seconds for the continuation call or the schedule (client timeouts)
 
@@ -164,6 +165,12 @@ NO_PREPARE = Setting(
     "for transaction-mode poolers (PgBouncer, RDS Proxy): no prepared statements and no "
     "startup options, which they refuse; the statement timeout is then the role's "
     "(ALTER ROLE ... SET statement_timeout)")
+CONNECT_TIMEOUT = Setting(
+    "connect-timeout", nonnegative_seconds, DEFAULT_CONNECT_TIMEOUT,
+    "seconds a drain keeps trying to reach the database, across attempts, before it exits "
+    "3: a database that scales to zero refuses or holds connections while it resumes "
+    "(each attempt's own limit is libpq's connect_timeout; --max-runtime, when sooner, "
+    f"wins; 0: one attempt; default {DEFAULT_CONNECT_TIMEOUT:g})", "SECONDS")
 
 # A drain.
 TASKS = Setting[list[str]](

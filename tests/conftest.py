@@ -21,6 +21,7 @@ from drainer.storage.schema import migrate
 from tests import pgbouncer
 from tests.cluster import Cluster
 from tests.helpers import KNOWN, REQUIRABLE, REQUIRE, unavailable
+from tests.proxy import Proxy
 
 # Our fixtures are the plugin's users get (drainer_server, drainer_db, drainer_conn),
 # with the session's server overridden below for the suite's own cluster.
@@ -155,3 +156,13 @@ def bouncer(server: testing.Server) -> Iterator[pgbouncer.PgBouncer]:
     pool = pgbouncer.PgBouncer(server.admin_url, pool_size=2).start()
     yield pool
     pool.stop()
+
+
+@pytest.fixture
+def proxy(server: testing.Server) -> Iterator[Proxy]:
+    """A TCP proxy in front of the session's server (tests/proxy.py), forwarding until
+    told to refuse, stay silent or drop; `proxy.url(db_url)` goes through it."""
+    info = psycopg.conninfo.conninfo_to_dict(server.admin_url)
+    relay = Proxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)).start()
+    yield relay
+    relay.stop()

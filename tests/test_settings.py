@@ -13,7 +13,7 @@ from drainer.settings import LEASE, Drain
 ENV = {"DRAINER_BATCH_SIZE": "7", "DRAINER_LEASE": "42", "DRAINER_CONCURRENCY": "3",
        "DRAINER_ARCHIVE_AFTER": "2.5", "DRAINER_ARCHIVE_FAILED_AFTER": "12",
        "DRAINER_VERBOSE": "yes", "DRAINER_TASKS": "a,b", "DRAINER_EVENT_LOOP": "asyncio",
-       "DRAINER_QUEUES": "q1, q2", "DATABASE_URL": "postgresql://app@db.example/app"}
+       "DRAINER_QUEUES": "q1, q2", "DRAINER_CONNECT_TIMEOUT": "25", "DATABASE_URL": "postgresql://app@db.example/app"}
 
 
 @pytest.fixture
@@ -38,6 +38,7 @@ def test_the_command_line_and_the_function_read_the_same_drain_options(env):
     assert from_cli.lease == timedelta(seconds=42) and from_cli.archive_after == timedelta(days=2.5)
     assert from_cli.archive_failed_after == timedelta(days=12)
     assert from_cli.event_loop == "asyncio"
+    assert args.connect_timeout == function.connect_timeout == 25
 
 
 def test_the_command_line_wins_over_the_variable(env):

@@ -16,6 +16,7 @@ import psycopg
 
 from .. import clock
 from ..db import connect
+from ..engine.session import first_session
 from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
 from ..run import Summary, drain
 from ..storage import schema
@@ -60,6 +61,13 @@ def _connect(settings: Settings, **options: Any) -> psycopg.Connection:
         return attempt()
 
 
+def _first_session(settings: Settings, deadline: float) -> psycopg.Connection:
+    """A drain's connection, waiting for a database that is resuming
+    (DRAINER_CONNECT_TIMEOUT), never past the run's deadline."""
+    return first_session(lambda within: _connect(settings, connect_timeout=within),
+                         settings.connect_timeout, deadline)
+
+
 def _migrate(settings: Settings) -> dict[str, object]:
     # Building an index on a big hand-made table may take longer than a drain's timeout.
     with _connect(settings, statement_timeout=None) as conn:
@@ -89,7 +97,7 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict[str, obje
         "queue": trigger.queue}})
     total = Summary()
     while True:
-        with _connect(settings) as conn:
+        with _first_session(settings, deadline) as conn:
             summary = drain(conn, handlers, settings.options(queues, deadline),
                             on_claim=lambda: _arm_switch(context, settings),
                             reopen=lambda: _connect(settings))

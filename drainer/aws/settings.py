@@ -3,7 +3,8 @@
 The drain's settings are the command line's (`drainer.settings.Drain`: DRAINER_TASKS,
 DRAINER_QUEUES, DRAINER_BATCH_SIZE, DRAINER_LEASE, DRAINER_CONCURRENCY,
 DRAINER_ARCHIVE_AFTER, DRAINER_ARCHIVE_FAILED_AFTER, DRAINER_EVENT_LOOP,
-DRAINER_VERBOSE), read the same way; the rest is the function's own.
+DRAINER_VERBOSE), read the same way, as is DRAINER_CONNECT_TIMEOUT; the rest is the
+function's own.
 """
 
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ class Settings:
     credentials: Credentials
     drain: s.Drain = field(default_factory=s.Drain)
     prepare: bool = True
+    connect_timeout: float = s.DEFAULT_CONNECT_TIMEOUT  # seconds, across attempts
     statement_timeout: timedelta = timedelta(seconds=s.DEFAULT_STATEMENT_TIMEOUT)
     margin: float = s.DEFAULT_STATEMENT_TIMEOUT + s.BATCH_ALLOWANCE + s.INVOKE_ALLOWANCE
     max_depth: int = s.DEFAULT_MAX_DEPTH
@@ -54,6 +56,7 @@ class Settings:
             credentials=Credentials.from_env(),
             drain=s.Drain.resolve(),
             prepare=not s.NO_PREPARE.resolve(),
+            connect_timeout=s.CONNECT_TIMEOUT.resolve(),
             statement_timeout=timedelta(seconds=timeout),
             # The deadline keeps back one statement timeout (the last writes and
             # next_due), a batch's overrun, and the continuation or schedule call.

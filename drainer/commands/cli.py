@@ -93,13 +93,14 @@ def _checked(kind: Callable[[str], object]) -> Callable[[str], object]:
 Group = tuple[str, tuple[Setting[Any], ...]]  # a --help section: its title and options
 
 DATABASE: Group = ("database", (s.DATABASE_URL, s.NO_PREPARE))
+CONNECTING: Group = ("connecting", (s.CONNECT_TIMEOUT,))
 DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
                           s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.EVENT_LOOP, s.VERBOSE))
 ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
 DOCTOR: Group = ("doctor", (s.MAX_READY_AGE, s.TASKS))
 # Each command's settings: the one place that says which command reads which variable.
 SETTINGS: dict[str, tuple[Group, ...]] = {
-    "drain": (DATABASE, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
+    "drain": (DATABASE, CONNECTING, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
     "migrate": (DATABASE,), "enqueue": (DATABASE,), "stats": (DATABASE,),
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
     "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER))),

@@ -6,7 +6,11 @@ import sys
 from collections.abc import Mapping
 from functools import partial
 
+import psycopg
+
 from .. import config, stopping
+from .. import settings as s
+from ..engine.session import first_session
 from ..run import Options, Summary, drain
 from ..tasks import Handler
 from .common import emit, handlers_of, log, open_db, options_of
@@ -17,11 +21,12 @@ from .signals import exit_code, ignore_signals, stop_on_signals
 def drain_with_progress(args: argparse.Namespace, handlers: Mapping[str, Handler],
                         options: Options, *, db: config.Database | None = None,
                         stop: stopping.Stop | None = None) -> Summary:
-    """A drain with progress on stderr, reconnecting if its session drops."""
+    """A drain with progress on stderr; its first connection waits for a database
+    that is resuming (--connect-timeout), and it reconnects if its session drops."""
     db = db or config.resolve_database(args.database_url)
     progress = Progress(sys.stderr)
     stop = stop or stop_on_signals()
-    conn = open_db(args, db=db)
+    conn = first_session(partial(_attempt, args, db), _budget(args), options.deadline)
     try:
         summary = drain(conn, handlers, options, stop=stop,
                         on_batch=progress.update, reopen=partial(open_db, args, db=db))
@@ -31,6 +36,16 @@ def drain_with_progress(args: argparse.Namespace, handlers: Mapping[str, Handler
     ignore_signals()
     progress.finish(summary)
     return summary
+
+
+def _attempt(args: argparse.Namespace, db: config.Database, within: float | None
+             ) -> psycopg.Connection:
+    return open_db(args, db=db, connect_timeout=within)
+
+
+def _budget(args: argparse.Namespace) -> float:
+    """--connect-timeout; `demo`, which has no such option, takes the default."""
+    return s.CONNECT_TIMEOUT.resolve(getattr(args, "connect_timeout", None))
 
 
 def hint_failures(summary: Summary) -> None:

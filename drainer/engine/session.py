@@ -7,10 +7,14 @@ the session dropped and the round trip goes again on a new one.
   a second stop may cut a round trip short.
 - `InTransaction`, drain_now(in_transaction=True)'s: the caller's open transaction,
   which every statement joins; no reconnect, no commit of its own.
+
+`first_session` gets a drain its first connection, riding through a database that
+is resuming from a pause.
 """
 
 import contextlib
 import logging
+import random
 import threading
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -18,15 +22,70 @@ from typing import Protocol, TypeVar
 import psycopg
 
 from .. import clock, stopping
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable, redact
 
 log = logging.getLogger("drainer.run")  # the name its log lines always had
 
 Reopen = Callable[[], psycopg.Connection]
+# A new connection whose attempt takes at most this many seconds (None: libpq's own).
+Open = Callable[[float | None], psycopg.Connection]
 T = TypeVar("T")
 # Pauses before each new connection when the drain's session drops (an idle limit
 # of the server or a pooler, a restart); then the drain gives up (exit 3).
 RECONNECTS = (0.0, 0.5, 2.0)
+# The pauses between first attempts: doubling from the first to the longest, each
+# jittered (a burst of runs woken together must not knock in step).
+FIRST_PAUSE = 0.25
+LONGEST_PAUSE = 2.0
+
+
+def first_session(open: Open, budget: float, deadline: float | None = None
+                  ) -> psycopg.Connection:
+    """A drain's first connection, tried again with backoff for up to `budget`
+    seconds in all, or until `deadline` (on `clock.monotonic`) when that comes first.
+    A database that scales to zero refuses, holds or drops connections while it
+    resumes; each attempt is given at most the time left. One log line when it starts
+    waiting; DatabaseUnavailable, saying how long it tried, when it never answers."""
+    end = clock.monotonic() + budget
+    bound = f"for {budget:g} s (the connect timeout)"
+    if deadline is not None and deadline < end:
+        end, bound = deadline, "until the run's deadline"
+    pause, waiting = FIRST_PAUSE, False
+    while True:
+        left = end - clock.monotonic()
+        try:
+            return open(left if left > 0 else None)
+        except DatabaseUnavailable as exc:
+            if not _worth_waiting(exc) or budget <= 0:
+                raise
+            if end - clock.monotonic() <= 0:
+                raise _gave_up(exc, bound) from exc
+            lost = exc
+        if not waiting:
+            log.warning("waiting for the database, which may be resuming (%s); trying "
+                        "again %s", _reason(lost), bound)
+            waiting = True
+        clock.sleep(min(random.uniform(pause / 2, pause), max(0.0, end - clock.monotonic())))
+        pause = min(2 * pause, LONGEST_PAUSE)
+        if end - clock.monotonic() <= 0:
+            raise _gave_up(lost, bound) from lost
+
+
+def _worth_waiting(exc: DatabaseUnavailable) -> bool:
+    """Whether another attempt may succeed: not when the server answered that the
+    database or the role does not exist."""
+    return "does not exist" not in str(exc)
+
+
+def _reason(exc: DatabaseUnavailable) -> str:
+    """What the driver said, without our advice on what to check (that comes once, if
+    it never answers)."""
+    said = str(exc.__cause__ or exc).strip().splitlines()
+    return redact(said[0]) if said else str(exc)
+
+
+def _gave_up(exc: DatabaseUnavailable, bound: str) -> DatabaseUnavailable:
+    return DatabaseUnavailable(f"{exc}; it was tried {bound}")
 
 
 class Reconnecting:
