@@ -13,7 +13,9 @@
 -- moves it; once the table holds a row, drains of other queues read it too);
 -- drainer_starts SELECT, INSERT, DELETE and drainer_limits SELECT, INSERT, UPDATE,
 -- DELETE (a drain of a queue with limits counts, records and prunes its starts, and
--- records its limits for `stats`). No sequence grant: an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
+-- records its limits for `stats`); drainer_signatures SELECT, INSERT, DELETE (the
+-- HTTP entry point remembers signed requests, and prunes them). No sequence grant:
+-- an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
 -- the schema, and no ownership, so no ALTER, DROP or index builds.
 -- PostgreSQL 14 and older let every role create tables in `public`; there, also run
 -- `REVOKE CREATE ON SCHEMA public FROM PUBLIC;` (15 and later do so already).
@@ -38,7 +40,8 @@ BEGIN
 END
 $$;
 
--- The schedules table (migration 8) and the flow control tables (migration 9).
+-- The schedules table (migration 8), the flow control tables (migration 9) and the
+-- signed HTTP requests seen (the HTTP entry point's).
 DO $$
 BEGIN
   IF to_regclass('drainer_schedules') IS NOT NULL THEN
@@ -47,6 +50,9 @@ BEGIN
   IF to_regclass('drainer_starts') IS NOT NULL THEN
     GRANT SELECT, INSERT, DELETE ON drainer_starts TO drainer_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON drainer_limits TO drainer_worker;
+  END IF;
+  IF to_regclass('drainer_signatures') IS NOT NULL THEN
+    GRANT SELECT, INSERT, DELETE ON drainer_signatures TO drainer_worker;
   END IF;
 END
 $$;

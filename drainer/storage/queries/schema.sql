@@ -190,3 +190,14 @@ WHERE status = 'failed' AND locked_until > now() AND locked_until < '9999-01-01'
 CREATE INDEX IF NOT EXISTS jobs_cancelled_running_idx
 ON jobs (queue, cancelled_running_until, locked_until)
 WHERE status = 'failed' AND (cancelled_running_until IS NOT NULL OR locked_until IS NOT NULL);
+
+-- migration: 12  the signed HTTP requests seen, so a replay is refused
+-- The HTTP entry point refuses a signed request whose signature it has seen within
+-- the timestamp window; remembering them here makes every instance refuse it. Each
+-- row goes once its window has passed (pruned by the next signed request).
+CREATE TABLE IF NOT EXISTS drainer_signatures (
+  signature text PRIMARY KEY,
+  expires_at timestamptz NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS drainer_signatures_expires_idx ON drainer_signatures (expires_at);
