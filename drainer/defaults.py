@@ -19,3 +19,7 @@ KICK_INTERVAL = 1.0  # seconds: a producer's kicks of the function coalesce with
 # Serverless v2 takes about 15 s from 0 ACU, up to about 30 s after a long pause.
 CONNECT_TIMEOUT = 40.0
 ATTEMPT_TIMEOUT = 10.0  # seconds for one connection attempt, unless libpq's connect_timeout says
+HTTP_WINDOW = 300.0  # seconds a signed HTTP request's timestamp may be off by
+# Seconds an HTTP request's drain may take at most (a header may ask for less): under
+# the shortest request limit of the platforms that call it (Netlify's 30 s).
+HTTP_MAX_RUNTIME = 25.0

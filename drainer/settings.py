@@ -40,6 +40,8 @@ DEFAULT_STATEMENT_TIMEOUT = defaults.STATEMENT_TIMEOUT
 DEFAULT_SECRET_TTL = defaults.SECRET_TTL
 DEFAULT_MAX_DEPTH = defaults.MAX_DEPTH
 DEFAULT_CONNECT_TIMEOUT = defaults.CONNECT_TIMEOUT
+DEFAULT_HTTP_WINDOW = defaults.HTTP_WINDOW
+DEFAULT_HTTP_MAX_RUNTIME = defaults.HTTP_MAX_RUNTIME
 BATCH_ALLOWANCE = 5.0  # seconds a batch may overrun the handler-time estimate
 INVOKE_ALLOWANCE = 5.0  # seconds for the continuation call or the schedule (client timeouts)
 
@@ -246,6 +248,13 @@ METRICS_NAMESPACE = Setting("metrics-namespace", text, "drainer")
 DATABASE_SECRET_ARN = Setting[str | None]("database-secret-arn", text, None)
 DATABASE_IAM_AUTH = Setting("database-iam-auth", flag, False)
 SECRET_TTL = Setting("secret-ttl", nonnegative_seconds, DEFAULT_SECRET_TTL)
+
+# The HTTP entry point only, from its environment (drainer.http; README "Any platform
+# that can call a URL"). With neither a secret nor a token it refuses every request.
+HTTP_SECRET = Setting[str | None]("http-secret", text, None)
+HTTP_TOKEN = Setting[str | None]("http-token", text, None)
+HTTP_WINDOW = Setting("http-window", positive_seconds, DEFAULT_HTTP_WINDOW)
+HTTP_MAX_RUNTIME = Setting("http-max-runtime", max_runtime_seconds, DEFAULT_HTTP_MAX_RUNTIME)
 
 
 @dataclass(frozen=True)
