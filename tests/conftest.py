@@ -47,6 +47,9 @@ ONCE = {
     "tests/test_infra.py", "tests/test_lambda_locally.py", "tests/test_layout.py",
     "tests/test_release.py", "tests/test_settings.py", "tests/test_wake.py",
     "tests/commands/test_progress.py",
+    # Django's side (its settings, manage.py, its admin), on either server alike; CI
+    # runs these on Django 6 as well.
+    "tests/test_django_project.py", "tests/test_django_tasks.py",
     "tests/commands/test_cli.py::"
     "test_help_documents_every_command_and_option_with_its_variable",
     "tests/commands/test_cli.py::test_help_gives_the_bounds_of_durations",
