@@ -117,6 +117,7 @@ GUARDED = "tests/test_lifecycle.py::test_complete_is_guarded_by_attempts"
 LIMITED_PRIORITY = f"{LIMITS}::test_a_limited_claim_takes_higher_priority_first"
 GROUP_PRIORITY = f"{LIMITS}::test_a_group_limited_claim_takes_higher_priority_first"
 CANCELLED = "tests/storage/test_cancelled_running.py"
+PAUSES = "tests/storage/test_pauses.py"
 
 
 def _breaks() -> list[Break]:
@@ -125,6 +126,7 @@ def _breaks() -> list[Break]:
     attempts = guards | {"attempts"}
     priority = guards | {"priority"}
     cancelled = frozenset({"cancelled-running"})
+    paused = frozenset({"pauses"})
     return [
         Break("skip-locked-claim-oldest", "the plain claim on a table without priorities "
               "waits for locked rows", (sql("claim_oldest", "SKIP LOCKED", ""),),
@@ -218,6 +220,15 @@ def _breaks() -> list[Break]:
                                           "SET cancelled_running_until = NULL"),),
               (f"{CANCELLED}::test_a_row_cancelled_in_the_old_form_is_backfilled_and_keeps_"
                "its_places",), cancelled),
+        Break("pause-claim", "the plain claim takes a paused queue's jobs",
+              (sql("queues_unpaused", "WHERE q.name <> ALL(:paused_queues)", "WHERE true"),),
+              (f"{PAUSES}::test_a_paused_queue_is_not_claimed_until_resumed",), guards | paused),
+        Break("pause-limited", "a limited claim takes a paused queue's jobs",
+              (sql("claim_limited", "WHERE l.queue <> ALL(:none_paused)", "WHERE true"),),
+              (f"{PAUSES}::test_a_paused_limited_queue_takes_nothing",), paused),
+        Break("pause-next-due", "next_due counts a paused queue's jobs as work",
+              (sql("next_due", "WHERE q.name <> ALL(:none_paused)", "WHERE true"),),
+              (f"{PAUSES}::test_next_due_leaves_a_paused_queue_out",), paused),
         Break("limits-lock", "two drainers count a limit's room at once (no advisory lock)",
               (sql("limits_lock", "pg_advisory_xact_lock(", "("),),
               (f"{LIMITS}::test_a_claim_sees_what_committed_while_it_waited_even_"

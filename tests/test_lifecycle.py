@@ -290,7 +290,7 @@ def test_claim_plan_uses_the_partial_index(conn):
     assert "Limit" in lines[at - 1]
     # Every job at priority 0: the walk over priorities may take either ready index.
     assert re.search(r"Index Scan using jobs_(ready|priority)_idx on jobs", lines[at + 1])
-    assert "Seq Scan" not in plan
+    assert "Seq Scan on jobs" not in plan
 
 
 def test_a_drain_sees_an_archive_table_created_since_its_connection_last_drained(conn, db_url):

@@ -17,7 +17,7 @@ import psycopg
 from .. import defaults
 from ..errors import BadInput, ConfigError, DrainerError, NoResult
 from ..model import Due, Requeued, Undecodable
-from . import sql
+from . import pauses, sql
 from .claim import loads
 from .enqueue import CONFLICT_ROUNDS, require_sync
 from .limits import Limits, cancelled_run, swaps
@@ -75,15 +75,19 @@ def due(conn: psycopg.Connection, queues: Sequence[str], *,
         known: Sequence[str] | None = None) -> Due:
     """When more work of `queues` and of the queues with `limited` becomes ready, and
     why: for the latter, when their limits let a job start (in a second statement).
+    Paused queues are left out: their jobs wait, and wake nothing up.
     With `known` (the queues that have a task), also the ready queues outside it: in
     the same statement, a scan of the ready index that stops at MAX_NO_TASK names."""
-    next_, run_at, lease_end, read_at, no_task = sql.rows(conn, "next_due", {
-        "queues": list(queues), "now": now, "known": None if known is None else list(known)})[0]
+    schema = sql.features(conn)
+    next_, run_at, lease_end, read_at, no_task = sql.execute(
+        conn, sql.variant("next_due", **pauses.swaps(schema)),
+        {"queues": list(queues), "now": now,
+         "known": None if known is None else list(known)}).fetchall()[0]
     plain = Due(next_, run_at, lease_end, read_at, sorted(no_task))
     if not limited:
         return plain
     rows = json.dumps([lim.fields for lim in limited])
-    text = sql.variant("due_limited", **swaps(sql.features(conn)))
+    text = sql.variant("due_limited", **swaps(schema), **pauses.swaps(schema))
     with transaction(conn, no_jit=True):  # at the first statement's time: one moment
         cursor = sql.execute(conn, text, {"limits": rows, "now": now or plain.now})
     run_at, lease_end = cursor.fetchall()[0]

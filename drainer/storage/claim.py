@@ -17,7 +17,7 @@ from psycopg.types.json import JsonbLoader
 
 from ..errors import translated
 from ..model import Job, Undecodable
-from . import sql
+from . import pauses, sql
 from .limits import Limits, swaps
 
 
@@ -53,22 +53,24 @@ def limited_sql(given_now: bool = False, grouped: bool = True,
     before a wait for the locks, so the starts it records would be dated early and
     leave the rate's window early, letting a later claim take their tokens again."""
     arms = {} if grouped else {"limited_arms": "limited_free"}
+    schema = pauses.swaps(known) | ({} if known is None else swaps(known))
     text = sql.variant("claim", claim_oldest="claim_limited", claim_no_meta="claim_meta",
                        claim_no_starts="claim_starts", claim_payload="claim_payload_bounded",
-                       **arms, **({} if known is None else swaps(known)))
+                       **arms, **schema)
     return text if given_now else text.replace("coalesce(%(now)s, now())",
                                                "statement_timestamp()")
 
 
-def claim_kind(conn: psycopg.Connection) -> tuple[bool, bool]:
-    """`claim_sql`'s schema arguments for this connection: by priority, with meta."""
+def claim_kind(conn: psycopg.Connection) -> tuple[bool, bool, bool]:
+    """`claim_sql`'s schema arguments for this connection: by priority, with meta,
+    leaving paused queues out."""
     known = sql.features(conn)
-    return known.priority, known.meta
+    return known.priority, known.meta, known.pauses
 
 
 @lru_cache(maxsize=64)
 def claim_sql(limit: int, by_priority: bool = False, meta: bool = False,
-              given_now: bool = False, many: bool = False) -> str:
+              paused: bool = False, given_now: bool = False, many: bool = False) -> str:
     """The claim for the schema (by priority, and returning meta, once `migrate` added
     them), with its LIMIT written as a literal. As a parameter, the planner guesses a
     tenth of the table for it, so the prepared plan looks costly and every claim is
@@ -86,11 +88,17 @@ def claim_sql(limit: int, by_priority: bool = False, meta: bool = False,
 
     With `many` (more than MANY_QUEUES queues), each queue locks only its share of the
     batch (claim_shares), not a whole batch of its own; a claim of fewer queues keeps
-    the plan it had."""
+    the plan it had.
+
+    With `paused` (a schema with the table of paused queues), the claim's queues less
+    the paused ones (queues_unpaused: one look at that table per claim)."""
     swaps = ({"claim_oldest": "claim_by_priority", "claim_look": "look_by_priority"}
              if by_priority else {})
-    if many:
-        swaps |= {"queues": "claim_shares", "claim_each": "claim_share"}
+    if many:  # the shares of the unpaused queues
+        swaps |= {"queues": "claim_shares>queues_unpaused" if paused else "claim_shares",
+                  "claim_each": "claim_share"}
+    elif paused:
+        swaps["queues"] = "queues_unpaused"
     if meta:
         swaps["claim_no_meta"] = "claim_meta"
     text = sql.variant("claim", **swaps)

@@ -20,13 +20,16 @@ REGENERATE = "python -m drainer.storage.claim_text > drainer/storage/queries/cla
 
 
 _MIGRATED = sql.Features(*(True,) * len(fields(sql.Features)))
+_UNPAUSED = replace(_MIGRATED, pauses=False)
 # What a limited claim counts of the jobs cancelled while running, by the schema's last
-# migration: their column (11), only their kept leases (10), none of them (before 10).
+# migration: their column (11), only their kept leases (10), none of them (before 10);
+# and, once the schema has them, whether it leaves paused queues out.
 SCHEMAS: dict[str, sql.Features | None] = {
-    "before migration 10": replace(_MIGRATED, cancelled_running_index=False,
+    "before migration 10": replace(_UNPAUSED, cancelled_running_index=False,
                                    cancelled_running=False),
-    "migration 10": replace(_MIGRATED, cancelled_running=False),
-    "migration 11": None,
+    "migration 10": replace(_UNPAUSED, cancelled_running=False),
+    "migration 11": _UNPAUSED,
+    "paused queues": None,
 }
 
 
@@ -41,7 +44,13 @@ def variants() -> dict[str, str]:
         name = ", ".join(["plain", "by priority" if by_priority else "by oldest",
                           _yes(meta, "meta"), "given now" if given_now else "database now",
                           "many queues" if many else "few queues"])
-        found[name] = claim_sql(BATCH, by_priority, meta, given_now, many)
+        found[name] = claim_sql(BATCH, by_priority, meta, given_now=given_now, many=many)
+    # A schema with paused queues has priorities and meta too (their migrations come first).
+    for given_now, many in product((False, True), repeat=2):
+        name = ", ".join(["plain, by priority, meta, paused queues",
+                          "given now" if given_now else "database now",
+                          "many queues" if many else "few queues"])
+        found[name] = claim_sql(BATCH, True, True, True, given_now, many)
     for (given_now, grouped), schema in product(product((False, True), repeat=2), SCHEMAS):
         name = ", ".join(["limited", "given now" if given_now else "statement time",
                           _yes(grouped, "groups"), schema])

@@ -84,12 +84,16 @@ _PARTS: dict[str, str] = _load({name: _read(name) for name in _statement_files()
 def _expand(name: str, swaps: Mapping[str, str]) -> str:
     """The named statement with each `(:part)` replaced by that statement as a subquery
     (recursively), or by the one `swaps` names instead of it, in which `(:part)` is
-    the part it replaces (so it may wrap it)."""
+    the part it replaces (so it may wrap it). A swap may name a chain, "a>b": a, in
+    which `(:part)` is b, in which it is the part itself (b wraps it inside a)."""
     def include(m: re.Match[str]) -> str:
         if m[1] not in swaps:
             return f"({_expand(m[1], swaps).rstrip(';')})"
+        outer, _, rest = swaps[m[1]].partition(">")
         inner = {k: v for k, v in swaps.items() if k != m[1]}
-        return f"({_expand(swaps[m[1]], inner).rstrip(';')})"
+        if rest:
+            inner[m[1]] = rest
+        return f"({_expand(outer, inner).rstrip(';')})"
 
     return _INCLUDE.sub(include, _PARTS[name])
 
@@ -233,7 +237,8 @@ class Features:
     column (and the ready index that orders by it), unique keys (the key column and
     its unique index, which ON CONFLICT needs), the result and meta columns, the
     schedules table, flow control's table of starts, the index of jobs cancelled
-    while running and their column; and whether the `jobs` table is there at all."""
+    while running and their column, the table of paused queues; and whether the `jobs`
+    table is there at all."""
 
     versioned: bool
     archive: bool
@@ -246,6 +251,7 @@ class Features:
     limits: bool
     cancelled_running_index: bool  # migration 10: jobs_held_idx (limit_cancelled_running)
     cancelled_running: bool  # migration 11: the cancelled_running_until column
+    pauses: bool  # migration 13: the table of paused queues
     scheduled: bool  # the schedules table ever held a row (statistics: may lag)
     jobs: bool  # the jobs table itself: a database never migrated has none
 

@@ -82,7 +82,7 @@ def test_a_row_cancelled_in_the_old_form_is_backfilled_and_keeps_its_places(empt
         assert forms(conn, head.id) == ("failed", None, True)
         keeps_its_places(conn, head)
 
-        assert schema.migrate(conn) == [11]
+        assert schema.migrate(conn)[0] == 11  # and any later ones
         assert conn.execute("SELECT cancelled_running_until FROM jobs WHERE id = %s",
                             (head.id,)).fetchone() == (lease_end,)
         assert forms(conn, head.id) == ("failed", True, True)

@@ -24,7 +24,8 @@ INSERT INTO drainer_schema (version) VALUES (%(version)s) ON CONFLICT DO NOTHING
 -- migration 6's priority column and unique keys (the key column and its index), and
 -- migration 7's result column, migration 6's meta column, migration 8's schedules
 -- table, migration 9's flow control (its table of starts), migration 10's index of
--- jobs cancelled while running, migration 11's column of them (cancelled_running), and
+-- jobs cancelled while running, migration 11's column of them (cancelled_running),
+-- migration 13's table of paused queues, and
 -- whether the schedules table ever held a row (by the statistics, which may lag a moment: a
 -- drain with no schedule declared reads the table only then, so a database that never
 -- used schedules pays no statement for them), and whether there is a jobs table at all.
@@ -39,6 +40,7 @@ SELECT to_regclass('drainer_schema') IS NOT NULL,
        to_regclass('drainer_starts') IS NOT NULL,
        to_regclass('jobs_held_idx') IS NOT NULL,
        'cancelled_running_until' = ANY (c.names),
+       to_regclass('drainer_pauses') IS NOT NULL,
        coalesce((SELECT n_tup_ins + n_live_tup > 0 FROM pg_stat_user_tables
                  WHERE relid = to_regclass('drainer_schedules')), false),
        to_regclass('jobs') IS NOT NULL
@@ -74,9 +76,11 @@ FROM (:features) AS schema;
 -- run_at; never before the rate's next token, when the window is full), and the
 -- earliest lease end of a running job (whose end, or its holder's death, frees a
 -- place). A drain that met only throttled jobs thus arms a wake-up instead of going on.
+-- A paused queue is left out, as in next_due.
 WITH t(now) AS (SELECT coalesce(%(now)s, now())), l AS (
   SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb)
          AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8)
+  WHERE l.queue <> ALL(:none_paused)
 ), s AS MATERIALIZED (
   SELECT l.*, t.now,
     -- a start dated past year 9998 by hand (or by a clock set wrong), 'infinity' too,
@@ -178,6 +182,7 @@ WHERE id = ANY(ARRAY(:archive_old)) AND (:archive_aged);
 -- may write times Python cannot hold: past year 9998 ('infinity' too) a job is
 -- parked, never due; before year 2 ('-infinity' too) it is ready, due now. The
 -- sources are computed once (MATERIALIZED), however often the answer names them.
+-- A paused queue is left out (none_paused): its jobs wait, and wake nothing up.
 WITH RECURSIVE t(now) AS (SELECT coalesce(%(now)s, now())),
 d AS MATERIALIZED (SELECT
   (SELECT min(r.run_at)
@@ -186,10 +191,11 @@ d AS MATERIALIZED (SELECT
      SELECT run_at FROM jobs
      WHERE queue = q.name AND status = 'queued' AND run_at < '9999-01-01'
      ORDER BY run_at LIMIT 1
-   ) AS r) AS queued,
+   ) AS r
+   WHERE q.name <> ALL(:none_paused)) AS queued,
   (SELECT min(locked_until) FROM jobs
    WHERE status = 'running' AND queue = ANY(%(queues)s::text[])
-     AND locked_until < '9999-01-01') AS leased),
+     AND queue <> ALL(:none_paused) AND locked_until < '9999-01-01') AS leased),
 -- The first 1,000 queues (by name) that have queued jobs, one index descent apiece
 -- (a loose index scan of the ready index), read only as far as the answer's last
 -- column needs: up to 20 of them with a ready job that none of %(known)s names (a

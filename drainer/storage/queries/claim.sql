@@ -238,7 +238,7 @@ j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (:limited_el
 -- under limits_lock: its concurrency less its running jobs (a crashed worker's count
 -- until they are reaped), its rate less the starts in its window; then its ready
 -- jobs that their group lets start (limited_arms); and all queues together no more
--- than %(take)s, the process's free handler slots. limited_sql() has the time read
+-- than %(take)s, the process's free handler slots; a paused queue takes none. limited_sql() has the time read
 -- when the statement starts, after the locks. `take` is a bigint: --concurrency goes
 -- past the int.
 SELECT * FROM (
@@ -252,6 +252,7 @@ CROSS JOIN LATERAL (
                            l.rate - (:limit_window_starts))) AS room
 ) AS n
 CROSS JOIN LATERAL (:limited_arms) AS c
+WHERE l.queue <> ALL(:none_paused)
 ) AS ranked
 WHERE ranked.rank <= %(take)s;
 

@@ -738,6 +738,236 @@ FROM claimed c JOIN next n ON n.id = c.id
 WHERE c.status = 'running'
 ORDER BY n.rank;
 
+-- variant: plain, by priority, meta, paused queues, database now, few queues
+WITH next AS (SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM (SELECT q.name FROM (SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[])) AS q(name) WHERE q.name <> ALL(ARRAY(SELECT queue FROM drainer_pauses))) AS q(name)
+CROSS JOIN LATERAL (
+  SELECT p.priority, r.id, r.run_at
+  FROM (WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL) AS p
+  CROSS JOIN LATERAL (
+    (SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= now()
+ORDER BY run_at)
+    LIMIT (100)
+    FOR UPDATE SKIP LOCKED
+  ) AS r
+  LIMIT (100)
+) AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT 100), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN now() + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (SELECT 1)
+SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: plain, by priority, meta, paused queues, database now, many queues
+WITH next AS (SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM (SELECT s.name, count(*) AS take
+FROM (SELECT q.name FROM (SELECT q.name FROM (SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[])) AS q(name) WHERE q.name <> ALL(ARRAY(SELECT queue FROM drainer_pauses))) AS q(name)
+      CROSS JOIN LATERAL (SELECT p.priority, r.run_at, r.id
+FROM (WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL) AS p
+CROSS JOIN LATERAL ((SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= now()
+ORDER BY run_at) LIMIT 100) AS r
+LIMIT 100) AS c
+      ORDER BY c.priority DESC, c.run_at, c.id
+      LIMIT 100) AS s
+GROUP BY s.name) AS q(name)
+CROSS JOIN LATERAL (
+  SELECT p.priority, r.id, r.run_at
+  FROM (WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL) AS p
+  CROSS JOIN LATERAL (
+    (SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= now()
+ORDER BY run_at)
+    LIMIT (q.take)
+    FOR UPDATE SKIP LOCKED
+  ) AS r
+  LIMIT (q.take)
+) AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT 100), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN now() + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (SELECT 1)
+SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: plain, by priority, meta, paused queues, given now, few queues
+WITH next AS (SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM (SELECT q.name FROM (SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[])) AS q(name) WHERE q.name <> ALL(ARRAY(SELECT queue FROM drainer_pauses))) AS q(name)
+CROSS JOIN LATERAL (
+  SELECT p.priority, r.id, r.run_at
+  FROM (WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL) AS p
+  CROSS JOIN LATERAL (
+    (SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= coalesce(%(now)s, now())
+ORDER BY run_at)
+    LIMIT (100)
+    FOR UPDATE SKIP LOCKED
+  ) AS r
+  LIMIT (100)
+) AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT 100), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (SELECT 1)
+SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: plain, by priority, meta, paused queues, given now, many queues
+WITH next AS (SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM (SELECT s.name, count(*) AS take
+FROM (SELECT q.name FROM (SELECT q.name FROM (SELECT unnest(%(queues)s::text[]) LIMIT cardinality(%(queues)s::text[])) AS q(name) WHERE q.name <> ALL(ARRAY(SELECT queue FROM drainer_pauses))) AS q(name)
+      CROSS JOIN LATERAL (SELECT p.priority, r.run_at, r.id
+FROM (WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL) AS p
+CROSS JOIN LATERAL ((SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= coalesce(%(now)s, now())
+ORDER BY run_at) LIMIT 100) AS r
+LIMIT 100) AS c
+      ORDER BY c.priority DESC, c.run_at, c.id
+      LIMIT 100) AS s
+GROUP BY s.name) AS q(name)
+CROSS JOIN LATERAL (
+  SELECT p.priority, r.id, r.run_at
+  FROM (WITH RECURSIVE p(priority) AS (
+  (SELECT priority FROM jobs
+   WHERE queue = q.name AND status = 'queued'
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT j.priority FROM jobs j
+          WHERE j.queue = q.name AND j.status = 'queued' AND j.priority < p.priority
+          ORDER BY j.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)
+SELECT priority FROM p WHERE priority IS NOT NULL) AS p
+  CROSS JOIN LATERAL (
+    (SELECT id, run_at FROM jobs
+WHERE queue = q.name AND status = 'queued' AND priority = p.priority
+  AND run_at <= coalesce(%(now)s, now())
+ORDER BY run_at)
+    LIMIT (q.take)
+    FOR UPDATE SKIP LOCKED
+  ) AS r
+  LIMIT (q.take)
+) AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT 100), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (SELECT 1)
+SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
 -- variant: limited, statement time, no groups, before migration 10
 WITH next AS (SELECT * FROM (
 SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
@@ -757,6 +987,7 @@ WHERE l.per_group IS NULL
 ORDER BY j.priority DESC, j.run_at
 LIMIT n.room
 FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -802,6 +1033,7 @@ WHERE l.per_group IS NULL
 ORDER BY j.priority DESC, j.run_at
 LIMIT n.room
 FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -848,6 +1080,54 @@ WHERE l.per_group IS NULL
 ORDER BY j.priority DESC, j.run_at
 LIMIT n.room
 FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL('{}'::text[])
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN statement_timestamp() + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, statement_timestamp() FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, statement time, no groups, paused queues
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT statement_timestamp() AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL(ARRAY(SELECT queue FROM drainer_pauses))
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -951,6 +1231,7 @@ SELECT h.id FROM g CROSS JOIN LATERAL (
     LIMIT n.room - (SELECT count(*) FROM first)
     FOR UPDATE SKIP LOCKED) AS heads
 ) AS grouped) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1058,6 +1339,7 @@ WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > statement_ti
     LIMIT n.room - (SELECT count(*) FROM first)
     FOR UPDATE SKIP LOCKED) AS heads
 ) AS grouped) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1168,6 +1450,118 @@ WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > st
     LIMIT n.room - (SELECT count(*) FROM first)
     FOR UPDATE SKIP LOCKED) AS heads
 ) AS grouped) AS c
+WHERE l.queue <> ALL('{}'::text[])
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN statement_timestamp() + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, statement_timestamp() FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, statement time, groups, paused queues
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT statement_timestamp() AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT * FROM (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS free
+UNION ALL
+SELECT * FROM (
+  WITH first AS (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE l.per_group IS NOT NULL AND j.id = ANY(ARRAY(SELECT id FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+ORDER BY priority DESC, run_at LIMIT 500))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room
+    FOR UPDATE SKIP LOCKED)
+  SELECT * FROM first
+  UNION ALL
+  SELECT * FROM (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
+      AND (EXISTS (SELECT FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+        ORDER BY priority DESC, run_at OFFSET 500))
+      AND j.id = ANY(ARRAY(WITH RECURSIVE g(name) AS (
+  (SELECT meta ->> 'group' FROM jobs
+   WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+   ORDER BY meta ->> 'group' LIMIT 1)
+  UNION ALL
+  SELECT (SELECT meta ->> 'group' FROM jobs
+          WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+            AND meta ->> 'group' > g.name
+          ORDER BY meta ->> 'group' LIMIT 1)
+  FROM g WHERE g.name IS NOT NULL
+)
+SELECT h.id FROM g CROSS JOIN LATERAL (
+  SELECT id FROM jobs
+  WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+    AND meta ->> 'group' = g.name
+  ORDER BY id LIMIT l.per_group) AS h)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > statement_timestamp()
+                       OR ((locked_until > statement_timestamp() AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room - (SELECT count(*) FROM first)
+    FOR UPDATE SKIP LOCKED) AS heads
+) AS grouped) AS c
+WHERE l.queue <> ALL(ARRAY(SELECT queue FROM drainer_pauses))
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1213,6 +1607,7 @@ WHERE l.per_group IS NULL
 ORDER BY j.priority DESC, j.run_at
 LIMIT n.room
 FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1258,6 +1653,7 @@ WHERE l.per_group IS NULL
 ORDER BY j.priority DESC, j.run_at
 LIMIT n.room
 FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1304,6 +1700,54 @@ WHERE l.per_group IS NULL
 ORDER BY j.priority DESC, j.run_at
 LIMIT n.room
 FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL('{}'::text[])
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, given now, no groups, paused queues
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS c
+WHERE l.queue <> ALL(ARRAY(SELECT queue FROM drainer_pauses))
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1407,6 +1851,7 @@ SELECT h.id FROM g CROSS JOIN LATERAL (
     LIMIT n.room - (SELECT count(*) FROM first)
     FOR UPDATE SKIP LOCKED) AS heads
 ) AS grouped) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1514,6 +1959,7 @@ WHERE h.queue = l.queue AND (status = 'failed' AND ((locked_until > coalesce(%(n
     LIMIT n.room - (SELECT count(*) FROM first)
     FOR UPDATE SKIP LOCKED) AS heads
 ) AS grouped) AS c
+WHERE l.queue <> ALL('{}'::text[])
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j
@@ -1624,6 +2070,118 @@ WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > co
     LIMIT n.room - (SELECT count(*) FROM first)
     FOR UPDATE SKIP LOCKED) AS heads
 ) AS grouped) AS c
+WHERE l.queue <> ALL('{}'::text[])
+) AS ranked
+WHERE ranked.rank <= %(take)s), claimed AS (
+  UPDATE jobs j
+  SET status       = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN 'running' ELSE 'failed' END,
+      attempts     = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(j.attempts, 0) + 1 ELSE j.attempts END,
+      locked_until = CASE WHEN coalesce(j.attempts, 0) < 2147483647
+                          THEN coalesce(%(now)s, now()) + %(lease)s END,
+      last_error   = CASE WHEN coalesce(j.attempts, 0) < 2147483647 THEN j.last_error
+                          ELSE 'attempts is at the integer limit (2147483647): no attempt '
+                               'can be counted; lower it to run this job again' END
+  WHERE j.id = ANY(ARRAY(SELECT id FROM next))
+  RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
+            (SELECT j.meta) AS meta
+), started AS (INSERT INTO drainer_starts (queue, at)
+SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
+WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
+RETURNING 1)
+SELECT c.id, c.queue, (CASE WHEN sum(octet_length(c.payload::text))
+       OVER (ORDER BY n.rank ROWS UNBOUNDED PRECEDING) <= 65536
+     THEN c.payload END), c.attempts, c.max_attempts, c.meta
+FROM claimed c JOIN next n ON n.id = c.id
+WHERE c.status = 'running'
+ORDER BY n.rank;
+
+-- variant: limited, given now, groups, paused queues
+WITH next AS (SELECT * FROM (
+SELECT c.id, row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+FROM jsonb_to_recordset(%(limits)s::jsonb)
+     AS l(queue text, concurrency int, per_group int, rate int, per_seconds float8,
+        take bigint)
+CROSS JOIN (SELECT coalesce(%(now)s, now()) AS now) AS t
+CROSS JOIN LATERAL (
+  SELECT greatest(0, least(l.take, l.concurrency - (SELECT (SELECT count(*) FROM jobs r WHERE r.queue = l.queue AND r.status = 'running')
+     + (SELECT count(*) FROM jobs h WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01')))))),
+                           l.rate - (SELECT count(*) FROM drainer_starts s
+WHERE s.queue = l.queue AND s.at > t.now - make_interval(secs => l.per_seconds)))) AS room
+) AS n
+CROSS JOIN LATERAL (SELECT * FROM (SELECT j.id, j.priority, j.run_at FROM jobs j
+WHERE l.per_group IS NULL
+  AND j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now
+ORDER BY j.priority DESC, j.run_at
+LIMIT n.room
+FOR UPDATE SKIP LOCKED) AS free
+UNION ALL
+SELECT * FROM (
+  WITH first AS (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE l.per_group IS NOT NULL AND j.id = ANY(ARRAY(SELECT id FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+ORDER BY priority DESC, run_at LIMIT 500))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room
+    FOR UPDATE SKIP LOCKED)
+  SELECT * FROM first
+  UNION ALL
+  SELECT * FROM (
+    SELECT j.id, j.priority, j.run_at FROM jobs j
+    WHERE (SELECT count(*) FROM first) < n.room AND l.per_group IS NOT NULL
+      AND (EXISTS (SELECT FROM jobs WHERE queue = l.queue AND status = 'queued' AND run_at <= t.now
+        ORDER BY priority DESC, run_at OFFSET 500))
+      AND j.id = ANY(ARRAY(WITH RECURSIVE g(name) AS (
+  (SELECT meta ->> 'group' FROM jobs
+   WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+   ORDER BY meta ->> 'group' LIMIT 1)
+  UNION ALL
+  SELECT (SELECT meta ->> 'group' FROM jobs
+          WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+            AND meta ->> 'group' > g.name
+          ORDER BY meta ->> 'group' LIMIT 1)
+  FROM g WHERE g.name IS NOT NULL
+)
+SELECT h.id FROM g CROSS JOIN LATERAL (
+  SELECT id FROM jobs
+  WHERE queue = l.queue AND meta ? 'group' AND status IN ('queued', 'running')
+    AND meta ->> 'group' = g.name
+  ORDER BY id LIMIT l.per_group) AS h)) AND j.id <> ALL(ARRAY(SELECT id FROM first))
+      AND (j.queue = l.queue AND j.status = 'queued' AND j.run_at <= t.now AND (l.per_group IS NULL OR NOT j.meta ? 'group' OR (
+  (SELECT count(*) FROM jobs g
+   WHERE g.queue = l.queue AND g.status = 'running' AND g.meta ? 'group'
+     AND g.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM jobs h
+WHERE h.queue = l.queue AND (status = 'failed' AND (cancelled_running_until > coalesce(%(now)s, now())
+                       OR ((locked_until > coalesce(%(now)s, now()) AND locked_until < '9999-01-01'))))
+  AND h.meta ? 'group' AND h.meta ->> 'group' = j.meta ->> 'group')
+  + (SELECT count(*) FROM (
+       SELECT FROM jobs g
+       WHERE g.queue = l.queue AND g.meta ? 'group' AND g.meta ->> 'group' = j.meta ->> 'group'
+         AND g.status IN ('queued', 'running') AND g.status = 'queued' AND g.id < j.id
+       ORDER BY g.id
+       LIMIT l.per_group) AS ahead)) < l.per_group))
+    ORDER BY j.priority DESC, j.run_at
+    LIMIT n.room - (SELECT count(*) FROM first)
+    FOR UPDATE SKIP LOCKED) AS heads
+) AS grouped) AS c
+WHERE l.queue <> ALL(ARRAY(SELECT queue FROM drainer_pauses))
 ) AS ranked
 WHERE ranked.rank <= %(take)s), claimed AS (
   UPDATE jobs j

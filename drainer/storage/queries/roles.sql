@@ -14,8 +14,10 @@
 -- drainer_starts SELECT, INSERT, DELETE and drainer_limits SELECT, INSERT, UPDATE,
 -- DELETE (a drain of a queue with limits counts, records and prunes its starts, and
 -- records its limits for `stats`); drainer_signatures SELECT, INSERT, DELETE (the
--- HTTP entry point remembers signed requests, and prunes them). No sequence grant:
--- an identity column needs none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
+-- HTTP entry point remembers signed requests, and prunes them); drainer_pauses SELECT
+-- (every claim reads the paused queues; pausing and resuming are the owner's, or a
+-- role granted INSERT and DELETE on it). No sequence grant: an identity column needs
+-- none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
 -- the schema, and no ownership, so no ALTER, DROP or index builds.
 -- PostgreSQL 14 and older let every role create tables in `public`; there, also run
 -- `REVOKE CREATE ON SCHEMA public FROM PUBLIC;` (15 and later do so already).
@@ -41,7 +43,7 @@ END
 $$;
 
 -- The schedules table (migration 8), the flow control tables (migration 9) and the
--- signed HTTP requests seen (the HTTP entry point's).
+-- signed HTTP requests seen (the HTTP entry point's), the paused queues.
 DO $$
 BEGIN
   IF to_regclass('drainer_schedules') IS NOT NULL THEN
@@ -53,6 +55,9 @@ BEGIN
   END IF;
   IF to_regclass('drainer_signatures') IS NOT NULL THEN
     GRANT SELECT, INSERT, DELETE ON drainer_signatures TO drainer_worker;
+  END IF;
+  IF to_regclass('drainer_pauses') IS NOT NULL THEN
+    GRANT SELECT ON drainer_pauses TO drainer_worker;
   END IF;
 END
 $$;

@@ -201,3 +201,13 @@ CREATE TABLE IF NOT EXISTS drainer_signatures (
 );
 
 CREATE INDEX IF NOT EXISTS drainer_signatures_expires_idx ON drainer_signatures (expires_at);
+
+-- migration: 13  paused queues
+-- One row per paused queue: no claim takes its jobs (they wait, queued), and the
+-- drain's next_due and wake-ups leave it out, until `drainer resume` deletes the row.
+-- Every claim reads this table once (a handful of rows at most, usually none).
+CREATE TABLE IF NOT EXISTS drainer_pauses (
+  queue     text        PRIMARY KEY,
+  paused_at timestamptz NOT NULL DEFAULT now(),
+  paused_by text        NOT NULL DEFAULT current_user
+);
