@@ -229,6 +229,10 @@ def _breaks() -> list[Break]:
         Break("pause-next-due", "next_due counts a paused queue's jobs as work",
               (sql("next_due", "WHERE q.name <> ALL(:none_paused)", "WHERE true"),),
               (f"{PAUSES}::test_next_due_leaves_a_paused_queue_out",), paused),
+        Break("resume-notify", "resuming a queue wakes no always-on worker",
+              (sql("resume", "RETURNING pg_notify('jobs', queue)", "RETURNING queue"),),
+              ("tests/commands/test_pause.py::test_a_running_worker_notices_a_pause_at_its_"
+               "next_claim_and_a_resume_wakes_it",), paused),
         Break("limits-lock", "two drainers count a limit's room at once (no advisory lock)",
               (sql("limits_lock", "pg_advisory_xact_lock(", "("),),
               (f"{LIMITS}::test_a_claim_sees_what_committed_while_it_waited_even_"

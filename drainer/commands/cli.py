@@ -43,6 +43,10 @@ COMMANDS = {
               "'cancelled'); a running handler's result is then ignored, its "
               "job.cancelled is set at its drain's next heartbeat, and the job keeps "
               "its limits' places until the handler ends (or its lease does)",
+    "pause": "pause a queue: no drainer claims its jobs (they wait, and wake nothing "
+             "up) until `drainer resume`",
+    "resume": "resume a paused queue: its jobs run again (a `work` draining it is "
+              "woken at once)",
     "failed": "failed jobs, newest first, one line each: id, queue, attempts, created, last "
               "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
     "show": "one job whole, from jobs or the archive: every column, the payload "
@@ -105,6 +109,7 @@ SETTINGS: dict[str, tuple[Group, ...]] = {
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
     "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER))),
     "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
+    "pause": (DATABASE,), "resume": (DATABASE,),
     "failed": (DATABASE,), "show": (DATABASE,),
     "schedules": (DATABASE, ("sync", (s.TASKS,))),
     "db": (),  # always the embedded server: no --database-url to mislead
@@ -246,6 +251,17 @@ def _add_failed_and_show(failed: argparse.ArgumentParser, show: argparse.Argumen
                       help="the row as one JSON object, its columns in table order")
 
 
+def _add_pause_and_resume(pause: argparse.ArgumentParser, resume: argparse.ArgumentParser
+                          ) -> None:
+    """The queue each names, and the help that says what a pause stops and what not."""
+    from .pause import HELP as PAUSE_HELP
+    from .resume import HELP as RESUME_HELP
+
+    for p, more in ((pause, PAUSE_HELP), (resume, RESUME_HELP)):
+        p.description = f"{p.description}.\n\n{more}"
+        p.add_argument("queue", metavar="QUEUE", type=check_queue_arg, help="the queue")
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="drainer", description="Run background jobs out of a PostgreSQL "
                   "table, then exit so the database can scale to zero.", epilog=EPILOG,
@@ -289,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
              "or failed is left as it is, and named on stderr; an id that is no job (in "
              "jobs or the archive) is named too, and makes the exit status 1")
     _add_failed_and_show(parsers["failed"], parsers["show"])
+    _add_pause_and_resume(parsers["pause"], parsers["resume"])
     sc = parsers["schedules"]
     sc.add_argument("--sync", action="store_true",
                     help="store the schedules the task modules (--tasks) declare: new ones "

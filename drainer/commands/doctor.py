@@ -19,12 +19,13 @@ import psycopg
 
 from .. import defaults
 from ..settings import DEFAULT_MAX_READY_AGE
-from ..storage import sql
+from ..storage import pauses, sql
 from ..storage.admin import due
 from ..storage.claim import MANY_QUEUES, claim_kind, claim_sql
 from ..storage.limits import describe, fills
 from ..tasks import select
 from .common import emit, open_db
+from .stats import paused_line, paused_queues
 
 IDLE_IN_TRANSACTION = 1.0  # seconds idle inside a transaction before it is a problem
 LONG_TRANSACTION = 60.0  # seconds any transaction may stay open
@@ -322,7 +323,8 @@ def _create(name: str) -> str:
 
 
 def _jobs(conn: psycopg.Connection, max_ready_age: float) -> tuple[list[Finding], list[str]]:
-    expired, expired_seconds, oldest, queues = _fetch(conn, "doctor_jobs")[0]
+    text = sql.variant("doctor_jobs", **pauses.swaps(sql.features(conn)))
+    expired, expired_seconds, oldest, queues = sql.execute(conn, text).fetchall()[0]
     found = []
     if expired:
         found.append(Finding(
@@ -350,6 +352,15 @@ def _limits(conn: psycopg.Connection) -> list[Finding]:
             for fill in fills(conn) if fill["held"]]
 
 
+def _paused(conn: psycopg.Connection) -> list[Finding]:
+    """A note per paused queue: its jobs wait as meant, and the oldest ready age
+    leaves them out."""
+    return [Finding("paused", "note", paused_line(p),
+                    f"`drainer resume {p['queue']}` when its jobs should run again",
+                    [dict(p)])
+            for p in paused_queues(conn)]
+
+
 def _no_task(conn: psycopg.Connection, known: Sequence[str] | None) -> list[Finding]:
     """A problem when ready jobs wait in queues none of the `known` tasks handles (not
     checked without them): no drain of these tasks will ever run those jobs."""
@@ -368,7 +379,8 @@ def diagnose(conn: psycopg.Connection, *, max_ready_age: float = DEFAULT_MAX_REA
     sessions = [_session(row) for row in _fetch(conn, "doctor_sessions")]
     job_findings, queues = _jobs(conn, max_ready_age)
     found = [*_transactions(sessions), *_vacuum(conn), *_claim_plan(conn, queues),
-             *job_findings, *_no_task(conn, tasks), *_limits(conn), *_awake(sessions),
+             *job_findings, *_no_task(conn, tasks), *_limits(conn), *_paused(conn),
+             *_awake(sessions),
              *_visibility(conn)]
     return sorted(found, key=lambda f: f.severity != "problem")
 

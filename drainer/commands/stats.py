@@ -5,7 +5,7 @@ from typing import TypedDict
 
 import psycopg
 
-from ..storage import sql
+from ..storage import pauses, sql
 from ..storage.limits import Fill, describe, fills
 from .common import emit, open_db
 from .text import age, one_line
@@ -39,8 +39,16 @@ class PriorityCount(TypedDict):
     jobs: int
 
 
+class Paused(TypedDict):
+    queue: str
+    paused_at: str
+    paused_by: str
+    ready: int  # at most pauses.MORE_READY
+
+
 class Stats(TypedDict):
     queues: list[QueueStatus]
+    paused: list[Paused]
     priorities: list[PriorityCount] | None
     done_last_hour: dict[str, int] | None
     top_errors: dict[str, list[TopError]]
@@ -52,8 +60,8 @@ def stats(conn: psycopg.Connection) -> Stats:
     """Per queue and status: jobs, oldest ready age, expired leases; jobs done in the
     last hour (None without migration 5's done_at column); each queue's most frequent
     errors; table health; jobs by priority in the queues that use priorities other
-    than 0 (None without migration 6's priority column); and each limited queue's
-    limits, how full they are and the jobs they hold back."""
+    than 0 (None without migration 6's priority column); each limited queue's
+    limits, how full they are and the jobs they hold back; and the paused queues."""
     rows = sql.rows(conn, "stats")
     errors = sql.rows(conn, "top_errors", {"top": TOP_ERRORS})
     health = sql.row(conn, "table_health")
@@ -76,7 +84,12 @@ def stats(conn: psycopg.Connection) -> Stats:
     for q, error, jobs, latest in errors:
         top.setdefault(q, []).append({"error": error, "jobs": jobs, "latest_id": latest})
     return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table,
-            "priorities": priorities, "limits": fills(conn)}
+            "priorities": priorities, "limits": fills(conn), "paused": paused_queues(conn)}
+
+
+def paused_queues(conn: psycopg.Connection) -> list[Paused]:
+    return [{"queue": p.queue, "paused_at": p.paused_at.isoformat(), "paused_by": p.paused_by,
+             "ready": p.ready} for p in pauses.paused(conn)]
 
 
 def format_stats(data: Stats) -> str:
@@ -91,7 +104,7 @@ def format_stats(data: Stats) -> str:
         lines.append("(no jobs)")
     lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"]),
               *_by_priority(data.get("priorities") or []),
-              *_limits(data.get("limits") or []),
+              *_limits(data.get("limits") or []), *_paused(data.get("paused") or []),
               *_top_errors(data.get("top_errors") or {})]
     t = data["table"]
     lines.append("")
@@ -158,6 +171,21 @@ def _limits(found: list[Fill]) -> list[str]:
         return []
     return ["", "limits (across every drainer, as the latest drain of each queue declared "
                 "them):", *(f"  {describe(fill)}" for fill in found)]
+
+
+def paused_line(p: Paused) -> str:
+    """One paused queue: since when, by whom, the jobs that wait, and how to resume it."""
+    ready = (f"more than {pauses.MORE_READY - 1:,}" if p["ready"] >= pauses.MORE_READY
+             else f"{p['ready']:,}")
+    return (f"{p['queue']}: paused since {p['paused_at']} by {p['paused_by']}; {ready} "
+            f"ready job(s) wait (`drainer resume {p['queue']}`)")
+
+
+def _paused(found: list[Paused]) -> list[str]:
+    if not found:
+        return []
+    return ["", "paused queues (no drainer claims their jobs):",
+            *(f"  {paused_line(p)}" for p in found)]
 
 
 def _top_errors(top: dict[str, list[TopError]]) -> list[str]:

@@ -125,14 +125,16 @@ ORDER BY xact_start NULLS LAST, state_change DESC;
 SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
 
 -- name: doctor_jobs
--- `doctor`: expired leases (no reaper has run), the oldest ready job, and the queues
+-- `doctor`: expired leases (no reaper has run), the oldest ready job (of the queues
+-- not paused: a paused queue's jobs wait as meant), and the queues
 -- that have queued jobs (to EXPLAIN the claim with). A running job's age counts from
 -- its lease's end, a queued one's from its run_at.
 SELECT count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired,
        extract(epoch FROM now() - min(s.since) FILTER (
          WHERE j.status = 'running' AND j.locked_until < now()))::float8 AS expired_seconds,
        extract(epoch FROM now() - min(s.since) FILTER (
-         WHERE j.status = 'queued' AND j.run_at <= now()))::float8 AS oldest_ready_seconds,
+         WHERE j.status = 'queued' AND j.run_at <= now()
+           AND j.queue <> ALL(:none_paused)))::float8 AS oldest_ready_seconds,
        coalesce(array_agg(DISTINCT j.queue) FILTER (WHERE j.status = 'queued'), '{}') AS queues
 FROM jobs j
 CROSS JOIN LATERAL (SELECT CASE WHEN j.status = 'running' THEN j.locked_until
