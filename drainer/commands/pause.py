@@ -23,6 +23,10 @@ drainer sees it; pausing a queue already paused changes nothing.
 def cmd_pause(args: argparse.Namespace) -> None:
     with open_db(args) as conn:
         changed = pauses.pause(conn, args.queue)
+        [ready] = [p.ready for p in pauses.paused(conn) if p.queue == args.queue]
     if not changed:
         log.info("queue %r was paused already", args.queue)
+    if not ready:  # a queue need not exist to be paused: a mistyped name would be
+        log.info("queue %r has no ready job (is the name right?); it is paused all the "
+                 "same", args.queue)
     emit({"queue": args.queue, "paused": True, "changed": changed})

@@ -25,6 +25,10 @@ def test_pause_and_resume_print_what_changed(conn, db_url):
                                                    "changed": True})
     code, out, err = cli(db_url, "pause", "mail")
     assert (code, out["changed"]) == (0, False) and "paused already" in err
+    assert "no ready job" not in err
+    code, out, err = cli(db_url, "pause", "mial")  # a typo: paused, and said to be empty
+    assert (code, out["changed"]) == (0, True) and "'mial' has no ready job" in err
+    pauses.resume(conn, "mial")
     assert [p.queue for p in pauses.paused(conn)] == ["mail"]
     assert cli(db_url, "resume", "mail")[:2] == (0, {"queue": "mail", "paused": False,
                                                     "changed": True})
