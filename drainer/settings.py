@@ -98,6 +98,19 @@ nonnegative_seconds = seconds_from(0)
 positive_seconds = seconds_from(0, above=True)
 
 
+def processes(text: str) -> int:
+    """--processes: a whole number from 1, or auto (the CPUs this process may use)."""
+    if text.strip() == "auto":
+        return cpus()
+    return positive_int(text)
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
 def nonnegative_days(text: str) -> float:
     value = _number(text, float, "a number of days")
     if not 0 <= value <= MAX_DAYS:
@@ -197,6 +210,11 @@ CONCURRENCY = Setting(
     "ones on threads, fewer when they end within microseconds; async ones on one "
     "event loop); "
     "per process, unlike a task's concurrency=, which holds across every drainer", "N")
+PROCESSES = Setting(
+    "processes", processes, 1,
+    "run the command as this many processes at once, each with its own session and "
+    "--concurrency handlers, their summaries added up into one; auto: one per CPU, for "
+    "CPU-bound handlers (default 1)", "N|auto")
 ARCHIVE_AFTER = Setting(
     "archive-after", nonnegative_days, DEFAULT_ARCHIVE_AFTER,
     "days after which done jobs leave the jobs table, counted from their creation "

@@ -99,6 +99,13 @@ def test_manage_py_drainer_drains_djangos_database_with_no_url_given(migrated):
     with psycopg.connect(migrated) as conn:
         assert conn.execute("SELECT status, result FROM jobs WHERE id = %s",
                             [job]).fetchone() == ("done", 5)
+    jobs = [enqueue_add(migrated) for _ in range(2)]
+    members = manage(migrated, "drainer", "drain", "--processes", "2")
+    assert members.returncode == 0, members.stderr
+    assert summary(members.stdout)["done"] == 2  # the members ran the Django tasks too
+    with psycopg.connect(migrated) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = "
+                            "'done'", [jobs]).fetchone() == (2,)
 
 
 def test_the_drain_finds_djangos_database_before_the_usual_variables(migrated, db_url):

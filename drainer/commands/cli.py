@@ -65,9 +65,10 @@ COMMANDS = {
 EPILOG = """\
 Every option also reads the DRAINER_* variable shown in its help; the command
 line wins, and a command reads only the variables of its own options. The
-database URL comes from --database-url, else DRAINER_DATABASE_URL, else
-DATABASE_URL (libpq's PG* variables fill what the URL leaves out); with none and
-outside a cloud function an embedded PostgreSQL under ./.drainer/ is used.
+database URL comes from --database-url, else DRAINER_DATABASE_URL, else Django's
+database when DJANGO_SETTINGS_MODULE is set, else DATABASE_URL (libpq's PG*
+variables fill what the URL leaves out); with none and outside a cloud function an
+embedded PostgreSQL under ./.drainer/ is used.
 
 exit codes: 0 done (a deadline or signal stop included), 1 unexpected error,
 2 usage or configuration error, 3 database unavailable or schema missing,
@@ -101,10 +102,12 @@ CONNECTING: Group = ("connecting", (s.CONNECT_TIMEOUT,))
 DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
                           s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.EVENT_LOOP, s.VERBOSE))
 ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
+PROCESSES: Group = ("processes", (s.PROCESSES,))
 DOCTOR: Group = ("doctor", (s.MAX_READY_AGE, s.TASKS))
 # Each command's settings: the one place that says which command reads which variable.
 SETTINGS: dict[str, tuple[Group, ...]] = {
-    "drain": (DATABASE, CONNECTING, DRAIN), "work": (DATABASE, DRAIN, ALWAYS_ON),
+    "drain": (DATABASE, CONNECTING, DRAIN, PROCESSES),
+    "work": (DATABASE, DRAIN, ALWAYS_ON, PROCESSES),
     "migrate": (DATABASE,), "enqueue": (DATABASE,), "stats": (DATABASE,),
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
     "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER))),
@@ -386,7 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging()
     secret = None
     try:
-        args = build_parser().parse_args(_argv(sys.argv[1:] if argv is None else argv))
+        given = _argv(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(given)
+        args.argv = given  # as given: --processes starts members with the same
         secret = password_of(config.database_url(getattr(args, "database_url", None)))
         resolve(args)
         return RUN[args.command](args) or 0

@@ -1,10 +1,12 @@
 """Progress on stderr: a live line on a terminal, a log line now and then otherwise."""
 
 import logging
+import os
 from typing import TextIO
 
 from .. import clock
 from ..run import Summary
+from .signals import MEMBER
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,8 @@ class Progress:
     def __init__(self, stream: TextIO):
         self.stream = stream
         self.tty = stream.isatty()
+        # A member of `--processes`: the process that started it reports for all.
+        self.member = bool(os.environ.get(MEMBER))
         self.began = clock.monotonic()
         self.shown = self.began
         self.drawn = False
@@ -40,6 +44,8 @@ class Progress:
         return totals(summary, clock.monotonic() - self.began)
 
     def update(self, summary: Summary) -> None:
+        if self.member:
+            return
         now = clock.monotonic()
         if self.tty and now - self.shown >= self.REDRAW:
             self.stream.write("\r\x1b[K" + self._line(summary))
@@ -50,6 +56,8 @@ class Progress:
             self.shown = now
 
     def finish(self, summary: Summary) -> None:
+        if self.member:
+            return
         if self.drawn:
             self.stream.write("\r\x1b[K")
         log.info("%s", closing(summary, clock.monotonic() - self.began))

@@ -2,12 +2,16 @@
 handlers, a second stops at once, a third ends the process; and the exit status that
 tells a shell a second signal ended the run."""
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 
 from .. import clock, stopping
 from .common import log
+
+MEMBER = "DRAINER_MEMBER"  # in a member's environment (`--processes`, members.py)
 
 # Seconds, after a second signal's bound on the last round trips, before the process
 # ends whatever it is waiting for.
@@ -40,7 +44,23 @@ def stop_on_signals() -> stopping.Stop:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, first)
+    if os.environ.get(MEMBER):
+        threading.Thread(target=_until_parent_ends, args=(stop,), daemon=True,
+                         name="drainer-parent").start()
     return stop
+
+
+def _until_parent_ends(stop: stopping.Stop) -> None:
+    """A member of `--processes` (drainer.commands.members): its stdin is a pipe from
+    the process that started it, which ends when that process does, however it ends
+    (kill -9 too); then stop as at a first signal."""
+    with contextlib.suppress(OSError):
+        while os.read(0, 4096):  # the file descriptor: sys.stdin's lock would hold up the exit
+            pass
+    if not stop.is_set():
+        log.info("the process that started this member has ended: finishing running "
+                 "handlers, then stopping")
+        stop.set()
 
 
 def give_up(code: int) -> None:

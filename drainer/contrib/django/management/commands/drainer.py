@@ -3,12 +3,14 @@ project's database, with its Django tasks registered: one command of Django's, s
 drainer's `migrate` never shadows Django's own."""
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from drainer.commands import cli
+from drainer.settings import TASKS
 
 
 class Command(BaseCommand):  # type: ignore[misc]
@@ -26,10 +28,18 @@ class Command(BaseCommand):  # type: ignore[misc]
     def run_from_argv(self, argv: list[str]) -> None:
         """What manage.py runs: drainer's own options and exit code, untouched by
         Django's parsing."""
-        sys.exit(cli.main(argv[2:]))
+        sys.exit(_main(argv[2:]))
 
     def handle(self, *args: str, **options: Any) -> None:
         """call_command("drainer", VERB, ...)."""
-        code = cli.main(list(args))
+        code = _main(list(args))
         if code:
             raise CommandError(f"drainer {' '.join(args)} exited {code}", returncode=code)
+
+
+def _main(argv: list[str]) -> int:
+    """The command line, with the project's Django tasks as the task module unless one
+    is named: the members `--processes` starts (plain `python -m drainer` processes
+    with this environment) register them too."""
+    os.environ.setdefault(TASKS.env, "drainer.contrib.django")
+    return cli.main(argv)
