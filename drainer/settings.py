@@ -118,6 +118,13 @@ def nonnegative_days(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    number = _number(text, int, "a port number")
+    if not 0 <= number <= 65535:
+        raise ValueError(f"{text!r} is not a port number (0 to 65535)")
+    return number
+
+
 def names(text: str) -> list[str]:
     """A comma-separated list, blanks dropped."""
     return [part.strip() for part in text.split(",") if part.strip()]
@@ -255,6 +262,17 @@ MAX_READY_AGE = Setting(
     "seconds a ready job may wait before it is a problem; set it above the time between "
     f"scheduled drains (at least {MIN_MAX_READY_AGE:g}, default {DEFAULT_MAX_READY_AGE:g})",
     "SECONDS")
+
+# `ui`, the dashboard.
+HOST = Setting(
+    "host", text, "127.0.0.1",
+    "the address the dashboard listens on (default 127.0.0.1: this machine only; any "
+    "other lets the network reach it, behind its token)", "ADDRESS")
+PORT = Setting("port", port_number, 8765, "the dashboard's port (default 8765; 0: a free one)",
+               "N")
+READ_ONLY = Setting(
+    "read-only", flag, False,
+    "show and accept no action (requeue, cancel): for a role that may only SELECT")
 
 # The cloud function only, from its environment (infra/README.md says what each does).
 STATEMENT_TIMEOUT = Setting("statement-timeout", positive_seconds, DEFAULT_STATEMENT_TIMEOUT)

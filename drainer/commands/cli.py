@@ -55,6 +55,9 @@ COMMANDS = {
     "schedules": "each schedule: its cron expression and time zone, next slot, last run "
                  "and its outcome; --sync brings them in line with the task modules (a "
                  "deploy step)",
+    "ui": "a web dashboard on 127.0.0.1 (the ui extra): queues, jobs, failures by error, "
+          "schedules and doctor, with requeue and cancel; it reads the database only when "
+          "a page is loaded; open the URL it prints, which carries its token",
     "demo": "on the embedded database: enqueue sample jobs, drain them, show the result",
     "db": "the embedded PostgreSQL under ./.drainer/: `db url` prints its URL, `db env` "
           "the `export DATABASE_URL=...` line for eval, `db start` keeps it running for "
@@ -115,6 +118,7 @@ SETTINGS: dict[str, tuple[Group, ...]] = {
     "pause": (DATABASE,), "resume": (DATABASE,),
     "failed": (DATABASE,), "show": (DATABASE,),
     "schedules": (DATABASE, ("sync", (s.TASKS,))),
+    "ui": (DATABASE, ("dashboard", (s.HOST, s.PORT, s.READ_ONLY, s.TASKS))),
     "db": (),  # always the embedded server: no --database-url to mislead
 }
 
