@@ -128,7 +128,9 @@ SELECT pg_has_role(current_user, 'pg_read_all_stats', 'member');
 -- `doctor`: expired leases (no reaper has run), the oldest ready job (of the queues
 -- not paused: a paused queue's jobs wait as meant), and the queues
 -- that have queued jobs (to EXPLAIN the claim with). A running job's age counts from
--- its lease's end, a queued one's from its run_at.
+-- its lease's end, a queued one's from its run_at. An OR, not IN: each arm then
+-- reads its own partial index (jobs_ready_idx, jobs_running_idx), where IN read the
+-- whole table (1,000,000 rows for 11,000 queued and running ones).
 SELECT count(*) FILTER (WHERE j.status = 'running' AND j.locked_until < now()) AS expired,
        extract(epoch FROM now() - min(s.since) FILTER (
          WHERE j.status = 'running' AND j.locked_until < now()))::float8 AS expired_seconds,
@@ -140,7 +142,7 @@ FROM jobs j
 CROSS JOIN LATERAL (SELECT CASE WHEN j.status = 'running' THEN j.locked_until
                                 ELSE j.run_at END) AS a(at)
 CROSS JOIN LATERAL (:age_since) AS s(since)
-WHERE j.status IN ('queued', 'running');
+WHERE j.status = 'queued' OR j.status = 'running';
 
 -- name: doctor_ready_index
 -- Whether a ready index (jobs_ready_idx, jobs_priority_idx) exists and is valid (NULL:
