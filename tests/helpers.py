@@ -43,13 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # for the tests that count statements; password: a server that asks a password over
 # TCP (of tests.cluster's PASSWORD_ROLE), for the authentication tests; drivers:
 # psycopg 2 and SQLAlchemy (with greenlet), for the other drivers' tests; django:
-# Django (before 6 with the django-tasks backport), for its tests; pgNN (pg15, pg18):
+# Django (before 6 with the django-tasks backport), for its tests; browser: Debian's
+# chromium and Playwright, for the dashboard's browser tests; pgNN (pg15, pg18):
 # the session's server is that major version (the run really is on the PostgreSQL it
 # is meant to be).
 REQUIRE = frozenset(filter(None, (n.strip() for n in
                                   os.environ.get("DRAINER_TEST_REQUIRE", "").split(","))))
 KNOWN = ("pgbouncer", "matplotlib", "awslambdaric", "pg_stat_statements", "password",
-         "drivers", "django")
+         "drivers", "django", "browser")
 REQUIRABLE = re.compile("|".join([*KNOWN, r"pg\d+"]))
 
 # The first migration: the jobs table and index as users made it by hand before

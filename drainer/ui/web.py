@@ -2,6 +2,7 @@
 page, the security headers, the rendering of its Jinja2 templates (which escape every
 value), and a connection of each request's own."""
 
+import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,13 +37,14 @@ class Settings:
     doctor: Doctor | None = None
 
 
-STATIC = {"style.css": "text/css", "live.js": "text/javascript"}
+STATIC = {"style.css": "text/css", "live.js": "text/javascript",
+          "favicon.svg": "image/svg+xml"}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; script-src 'self'; "
                                "img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
                                "base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # never to another site; Origin stays on POSTs
     "Cache-Control": "no-store",
 }
 
@@ -66,11 +68,16 @@ def age(seconds: float | None) -> str:
     return f"{seconds:.0f} s"
 
 
+_FRACTION = re.compile(r"\.\d+")
+_UTC = re.compile(r"\+00(:00)?$")
+
+
 def moment(value: object) -> str:
-    """A time to the second, as the database wrote it."""
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ", timespec="seconds")
-    return "–" if value is None else str(value).replace("T", " ").split(".")[0]
+    """A time to the second, with its offset (UTC said so), as the database wrote it."""
+    if value is None:
+        return "–"
+    text = value.isoformat(sep=" ") if isinstance(value, datetime) else str(value)
+    return _UTC.sub(" UTC", _FRACTION.sub("", text.replace("T", " ")))
 
 
 class Ui:

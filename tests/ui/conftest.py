@@ -1,18 +1,21 @@
 """The dashboard's app on the test's own database, and a client that holds its cookie."""
 
+import re
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from functools import partial
 
 import pytest
+from starlette.testclient import TestClient
 
-pytest.importorskip("starlette")
-
-from starlette.testclient import TestClient  # noqa: E402
-
-from drainer.commands.doctor import diagnose  # noqa: E402
-from drainer.db import connect  # noqa: E402
-from drainer.ui.app import build  # noqa: E402
-from drainer.ui.web import Settings  # noqa: E402
+from drainer.commands.doctor import diagnose
+from drainer.db import connect
+from drainer.ui.app import build
+from drainer.ui.web import Settings
+from tests.helpers import clean_env
 
 TOKEN = "test-token-0123456789"
 APP_NAME = "drainer ui test"
@@ -41,3 +44,26 @@ def client(db_url) -> Iterator[TestClient]:
 def read_only_client(db_url) -> Iterator[TestClient]:
     with client_for(settings_for(db_url, read_only=True)) as c:
         yield c
+
+
+def started(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 60) -> tuple[subprocess.Popen, str]:
+    """`drainer ui ARGS` as a real process on a free port, and the URL it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "drainer", "ui", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env or clean_env())
+    end = time.monotonic() + timeout
+    while select.select([proc.stdout], [], [], max(0, end - time.monotonic()))[0]:
+        line = proc.stdout.readline()
+        found = re.search(r"dashboard at (\S+)", line)
+        if found:
+            return proc, found[1]
+        if not line:
+            break
+    proc.kill()
+    raise AssertionError(f"no URL printed: {proc.communicate()}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.communicate(timeout=30)

@@ -77,7 +77,7 @@ def test_the_url_with_the_token_sets_a_strict_cookie_and_drops_the_token(db_url)
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
         page = browser.get(first.headers["location"])
         assert page.status_code == 200 and TOKEN not in page.text
-        assert page.headers["referrer-policy"] == "no-referrer"
+        assert page.headers["referrer-policy"] == "same-origin"
 
 
 def test_an_action_needs_the_csrf_field_from_this_origin(client, conn):
