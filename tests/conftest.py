@@ -61,6 +61,9 @@ ONCE = {
     # The simulator's model of a day: what it concludes holds on any version, and its
     # days cost minutes (the SQL it replays runs in both passes elsewhere).
     "tests/test_simulate.py",
+    # The dashboard's app, command and browser: its SQL's plans run on each version
+    # (tests/ui/test_plans.py), the rest is the same on any.
+    "tests/ui/test_routes.py", "tests/ui/test_command.py", "tests/ui/test_browser.py",
 }
 
 
