@@ -1,5 +1,6 @@
 """The command line never imports boto3 (a few hundred ms of start-up): only
-drainer.aws does, when it first needs a client."""
+drainer.aws does, when it first needs a client. Nor the dashboard's libraries
+(Starlette, Jinja2, uvicorn): only `drainer ui` does."""
 
 import json
 
@@ -21,3 +22,4 @@ def test_a_local_drain_does_not_import_boto3(db_url):
     modules = imported(proc.stderr)
     assert {"drainer", "psycopg"} <= modules  # the profile did record imports
     assert not modules & {"boto3", "botocore", "moto"}
+    assert not modules & {"starlette", "jinja2", "uvicorn", "anyio", "markupsafe"}

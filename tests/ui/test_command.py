@@ -1,16 +1,14 @@
-"""`drainer ui` itself: it listens on 127.0.0.1 unless told otherwise, prints a URL
-that carries its token (DRAINER_UI_TOKEN's when set), and the drain's own start-up
-never imports the dashboard's libraries."""
+"""`drainer ui` itself: it listens on 127.0.0.1 unless told otherwise, and prints a
+URL that carries its token (DRAINER_UI_TOKEN's when set). That a drain never imports
+the dashboard's libraries: tests/test_no_boto3.py."""
 
 import http.cookiejar
-import json
 import urllib.error
 import urllib.request
 
 import pytest
 
 from tests.helpers import clean_env, run_cli
-from tests.test_no_boto3 import imported
 from tests.ui.conftest import started, stop
 
 
@@ -59,14 +57,3 @@ def test_the_token_may_be_set_and_the_database_url_is_never_shown(db_url):
 def test_a_bad_port_is_a_usage_error(port):
     result = run_cli("ui", "--port", port, "--database-url", "postgresql://x@127.0.0.1:1/x")
     assert result.returncode == 2 and "port" in result.stderr
-
-
-def test_a_drain_does_not_import_the_dashboards_libraries(db_url):
-    env = clean_env(PYTHONPROFILEIMPORTTIME="1")
-    run_cli("enqueue", "default", "{}", "--database-url", db_url, env=env)
-    proc = run_cli("drain", "--database-url", db_url, "--tasks", "behave", env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.splitlines()[-1])["done"] == 1
-    modules = imported(proc.stderr)
-    assert {"drainer", "psycopg"} <= modules  # the profile did record imports
-    assert not modules & {"starlette", "jinja2", "uvicorn", "anyio", "markupsafe"}

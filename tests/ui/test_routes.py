@@ -14,6 +14,7 @@ from drainer.ui import reads
 from drainer.ui.app import build
 from drainer.ui.auth import COOKIE
 from tests.helpers import count
+from tests.test_footprint import reset_statement_counts, statements
 from tests.ui.conftest import APP_NAME, TOKEN, client_for, settings_for
 
 PAGES = ("/", "/jobs", "/failed", "/schedules", "/doctor")
@@ -233,3 +234,14 @@ def test_the_jobs_list_pages_by_id_and_filters(client, conn, monkeypatch):
     assert int(re.search(r'error=NEEDLE&amp;before=(\d+)">Older', window)[1]) == ids[-10]
     assert f'href="/jobs/{rare}"' in client.get("/jobs?state=failed&queue=mail&error=needle").text
     assert f'href="/jobs/{rare}"' in client.get(f"/jobs?error=needle&before={ids[0]}").text
+
+
+def test_a_page_load_is_a_few_statements(server, client, conn, db_url):
+    fail(conn, "mail", "Boom", n=3)
+    drainer.enqueue(conn, "mail", {})
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    for path in ("/", "/jobs", "/jobs/1", "/failed", "/schedules",
+                 "/failed/group?queue=mail&error=Boom"):
+        reset_statement_counts(server)
+        assert client.get(path).status_code == 200
+        assert statements(server, dbname) <= 4, path  # the schema's features, then the page's
