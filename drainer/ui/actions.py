@@ -1,17 +1,18 @@
 """The dashboard's actions (POST, with the CSRF field): requeue a failed job, requeue
 a group of them (exactly the ids its confirmation counted), cancel a queued or running
-job. They are `drainer requeue` and `drainer cancel` (drainer.storage.admin); in
+job, pause or resume a queue. They are `drainer requeue`, `cancel`, `pause` and
+`resume` (drainer.storage.admin and pauses); in
 read-only mode they are refused, and the pages show no button for them."""
 
 from urllib.parse import parse_qs
 
 import psycopg
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ..model import Requeued
-from ..storage import admin
+from ..storage import admin, pauses
 from .pages import read
 from .web import ui_of
 
@@ -72,7 +73,24 @@ async def cancel(request: Request) -> Response:
                                  done=done, held={}, waiting={})
 
 
+async def pause_or_resume(request: Request) -> Response:
+    """Pause a queue (no drainer claims its jobs from its next claim on) or resume it
+    (and wake a `work` draining it): `drainer pause` and `drainer resume`."""
+    form, refused = await _checked(request)
+    if refused:
+        return refused
+    queue, pausing = form.get("queue", ""), request.url.path.endswith("/pause")
+
+    def run(conn: psycopg.Connection) -> bool:
+        return (pauses.pause if pausing else pauses.resume)(conn, queue)
+
+    await read(ui_of(request), run)
+    return RedirectResponse("/", status_code=303)
+
+
 ROUTES = [
+    Route("/queues/pause", pause_or_resume, methods=["POST"]),
+    Route("/queues/resume", pause_or_resume, methods=["POST"]),
     Route("/jobs/{id:int}/requeue", requeue, methods=["POST"]),
     Route("/jobs/{id:int}/cancel", cancel, methods=["POST"]),
     Route("/failed/requeue", requeue, methods=["POST"]),

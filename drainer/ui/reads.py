@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from .. import schedules
-from ..storage import admin, sql
+from ..storage import admin, pauses, sql
 from ..storage.limits import Fill, fills
 
 CAP = 10_000  # rows a count or a page reads at most: "more than 10,000"
@@ -46,6 +46,7 @@ class Queue:
     done_last_hour: int  # among the newest CAP done jobs
     fill: Fill | None = None
     no_task: bool = False
+    paused: bool = False
 
 
 @dataclass
@@ -63,16 +64,18 @@ def queues(conn: psycopg.Connection, known: Sequence[str] | None) -> Queues:
     rows = sql.rows(conn, "ui_queues", {"cap": CAP})
     limited = {fill["queue"]: fill for fill in fills(conn)}
     no_task = set(admin.due(conn, [], known=known).no_task) if known is not None else set()
-    found = [_queue(row, limited, no_task) for row in rows]
+    held = {pause.queue for pause in pauses.paused(conn)}
+    found = [_queue(row, limited, no_task, held) for row in rows]
     now = rows[0][10] if rows else None
     capped = (bool(rows[0][8]), bool(rows[0][9])) if rows else (False, False)
     return Queues(found, *capped, read_at=now, checked_tasks=known is not None)
 
 
-def _queue(row: tuple[Any, ...], limited: dict[str, Fill], no_task: set[str]) -> Queue:
+def _queue(row: tuple[Any, ...], limited: dict[str, Fill], no_task: set[str],
+           held: set[str]) -> Queue:
     name, queued, ready, oldest, running, expired, failed, done = row[:8]
     return Queue(name, queued, ready, oldest, running, expired, failed, done,
-                 fill=limited.get(name), no_task=name in no_task)
+                 fill=limited.get(name), no_task=name in no_task, paused=name in held)
 
 
 @dataclass

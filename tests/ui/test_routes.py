@@ -3,6 +3,7 @@ values, the token and CSRF refusals, read-only mode, and actions that change exa
 the rows asked."""
 
 import re
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -10,6 +11,7 @@ from starlette.testclient import TestClient
 
 import drainer
 from drainer.db import connect
+from drainer.storage import roundtrip
 from drainer.ui import reads
 from drainer.ui.app import build
 from drainer.ui.auth import COOKIE
@@ -116,6 +118,26 @@ def test_requeue_and_cancel_change_only_the_job_asked(client, conn):
     # Done already: nothing changes, and the page says so.
     again = client.post(f"/jobs/{queued[1]}/cancel", data={"csrf": token})
     assert "0 of 1 cancelled" in again.text and "no longer queued or running" in again.text
+
+
+def test_a_queue_is_paused_and_resumed_from_the_queues_page(client, conn):
+    drainer.enqueue(conn, "mail", {})
+    drainer.enqueue(conn, "sms", {})
+    page = client.get("/").text
+    assert 'action="/queues/pause"' in page and ">paused<" not in page
+    paused = client.post("/queues/pause", data={"csrf": csrf_of(page), "queue": "mail"},
+                         follow_redirects=True)
+    assert paused.status_code == 200 and ">paused<" in paused.text
+    assert conn.execute("SELECT queue FROM drainer_pauses").fetchall() == [("mail",)]
+    claimed = roundtrip.claim(conn, ["mail", "sms"], 10, timedelta(seconds=30))
+    assert [job.queue for job in claimed] == ["sms"]  # mail's job waits
+    resumed = client.post("/queues/resume", data={"csrf": csrf_of(paused.text),
+                                                  "queue": "mail"}, follow_redirects=True)
+    assert resumed.status_code == 200 and ">paused<" not in resumed.text
+    assert conn.execute("SELECT count(*) FROM drainer_pauses").fetchone()[0] == 0
+    refused = client.post("/queues/pause", data={"csrf": "forged", "queue": "mail"})
+    assert refused.status_code == 403
+    assert conn.execute("SELECT count(*) FROM drainer_pauses").fetchone()[0] == 0
 
 
 def test_a_groups_requeue_applies_to_exactly_the_jobs_counted(client, conn):
