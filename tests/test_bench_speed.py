@@ -13,7 +13,17 @@ import pytest
 
 from bench.speed import __main__ as speed
 from bench.speed import against, report, venvs
-from bench.speed.systems import ASYNC_IO, IO_FIGURES, Drainer, Handwritten, PgQueuer, System
+from bench.speed.systems import (
+    ASYNC_IO,
+    IO_FIGURES,
+    LOADS,
+    WIDTH_FIGURES,
+    Drainer,
+    Handwritten,
+    Pgbench,
+    PgQueuer,
+    System,
+)
 from tests.helpers import ROOT, clean_env
 
 FIGURES = {"noop_1", "noop_4", "sleep_1", "sleep_4", "cold_start", "rss", "statements"}
@@ -89,6 +99,68 @@ def test_a_tiny_io_run_measures_drainer_against_its_ideal_and_the_databases_limi
     assert any(line.startswith("| drainer ") and "| async, 500 " in line
                for line in stdout.splitlines())
     assert f"this run: {limit:,.0f}" in stdout
+
+
+def test_a_tiny_width_run_measures_each_width_against_one_and_the_databases_ceiling(
+        tmp_path):
+    results, stdout = tiny_run(tmp_path, "--workload", "width", "--width-jobs", "80",
+                               "--jobs", "300")
+    # drainer at each width, and the ceiling: nothing else of the other workloads.
+    assert list(results["systems"]) == ["drainer", "pgbench-10"]
+    figures = results["systems"]["drainer"]["figures"]
+    assert set(figures) == set(WIDTH_FIGURES)
+    assert set(results["systems"]["pgbench-10"]["figures"]) == {"noop_4"}
+    assert "enqueue" not in results and "ratios" not in results and "io" not in results
+    ceiling = results["systems"]["pgbench-10"]["figures"]["noop_4"]["median"]
+    base = figures["width_1"]["median"]
+    rows = results["width"]
+    assert [(r["width"], r["ideal"]) for r in rows] == [
+        (1, 800), (2, 1_600), (4, 3_200), (8, 6_400)]
+    for row in rows:
+        rate = figures[row["figure"]]["median"]
+        assert row["jobs_s"] == figures[row["figure"]]
+        assert row["speed_up"] == rate / base
+        assert row["of_ideal"] == rate / row["ideal"]
+        assert row["of_ceiling"] == rate / ceiling
+        assert any(line.startswith(f"| {row['width']} × 8 threads ")
+                   and f"| {row['speed_up']:.2f}× " in line for line in stdout.splitlines())
+    assert f"this run: {ceiling:,.0f} jobs/s" in stdout
+
+
+def test_width_rows_are_ratios_of_medians_to_width_one_the_ideal_and_the_ceiling():
+    results = {"systems": {
+        "drainer": {"figures": {"width_1": report.summary([400, 500, 700]),
+                                "width_2": stats(1_000), "width_4": stats(1_600),
+                                "width_8": "drainer exited 1: too many connections"}},
+        "pgbench-10": {"figures": {"noop_4": stats(16_000)}},
+    }}
+    rows = {r["width"]: r for r in report.width_rows(results)}
+    assert (rows[1]["speed_up"], rows[2]["speed_up"], rows[4]["speed_up"]) == (1, 2, 3.2)
+    assert (rows[2]["of_ideal"], rows[4]["of_ceiling"]) == (1_000 / 1_600, 0.1)
+    assert rows[8]["speed_up"] is rows[8]["of_ideal"] is rows[8]["of_ceiling"] is None
+    table = report.width_table(list(rows.values()))
+    assert "| 4 × 8 threads " in table and "| 3.20× " in table
+    assert "this run: 16,000 jobs/s, which the ideal reaches at 20 members" in table
+    assert "- width 8: n/a, drainer exited 1: too many connections" in table
+    # Without the ceiling (no pgbench here), the speed-up stands and the share is n/a.
+    results["systems"]["pgbench-10"] = {"unavailable": "no pgbench in /usr/bin"}
+    rows = {r["width"]: r for r in report.width_rows(results)}
+    assert rows[4]["speed_up"] == 3.2 and rows[4]["of_ceiling"] is None
+    assert "this run: n/a, no pgbench in /usr/bin" in report.width_table(list(rows.values()))
+
+
+def test_the_width_workload_is_opt_in_and_runs_drain_with_processes():
+    drainer, ceiling = Drainer(server=None), Pgbench(server=None, size=10)
+    drainer.url = "postgresql:///bench"
+    assert not set(speed.chosen_figures(drainer, ["drain", "io"])) & set(WIDTH_FIGURES)
+    assert speed.chosen_figures(drainer, ["width"]) == list(WIDTH_FIGURES)
+    assert speed.chosen_figures(ceiling, ["width"]) == ["noop_4"]
+    assert speed.chosen_figures(Pgbench(server=None, size=500), ["width"]) == []
+    assert speed.chosen_figures(Handwritten(server=None, complete="batch"), ["width"]) == []
+    for figure, members in zip(WIDTH_FIGURES, (1, 2, 4, 8), strict=True):
+        [argv] = drainer.argvs(LOADS[figure], 100)  # one command: its members are its own
+        assert argv[-5:] == ["bench_sleep", "--concurrency", "8", "--processes", str(members)]
+    assert "--processes" not in drainer.argvs(LOADS["sleep_4"], 100)[0]
 
 
 def median_at(results: dict, path: tuple[str, ...]) -> float:

@@ -3,8 +3,10 @@ the speed goals for drainer, the hand-written psycopg loop, pgbench, PgQueuer an
 procrastinate (min / median / max of --runs), print the tables with each goal's
 ratio, and write the results as JSON under bench/results/. `--workload io` measures
 the I/O-bound workload instead (10 ms jobs at concurrency 100 and 500, against
-their ideal), `--workload drain --workload io` both. `--against REV` compares an
-earlier commit's drains with the current code's instead (see bench/speed/against.py).
+their ideal), `--workload width` the drain of 10 ms jobs by 1, 2, 4 and 8 member
+processes (`drain --processes N`) against the database's ceiling, `--workload drain
+--workload io` both. `--against REV` compares an earlier commit's drains with the
+current code's instead (see bench/speed/against.py).
 
 Absolute numbers move with the machine and its load; compare the ratios, which are
 taken within one run. The method is described in bench/README.md.
@@ -21,11 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import against, measure, pg, report, systems, venvs
-from .systems import IO_FIGURES, LOADS, System, all_systems
+from .systems import CEILING, IO_FIGURES, LOADS, OPT_IN, WIDTH_FIGURES, System, all_systems
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 LATEST = Path(__file__).resolve().parent / "latest.json"
-WORKLOADS = ("drain", "io")
+WORKLOADS = ("drain", "io", "width")
 EXAMPLES = """examples:
   python -m bench.speed --no-competitors --runs 1      a quick look at every figure
   python -m bench.speed --against main --pairs 5       this tree against main, interleaved
@@ -47,10 +49,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--io-jobs", type=int, default=20_000,
                    help="10 ms jobs per I/O-bound run at concurrency 100, scaled with the "
                         "concurrency (default 20,000: 100,000 at 500)")
+    p.add_argument("--width-jobs", type=int, default=20_000,
+                   help="10 ms jobs per width run, at every width (default 20,000)")
     p.add_argument("--workload", action="append", choices=WORKLOADS,
                    help="what to measure (repeatable): drain, the speed goals' figures "
-                        "(the default, about 5 minutes), or io, the I/O-bound jobs "
-                        "(opt-in: longer, 13 minutes on 2 busy cores, mostly procrastinate)")
+                        "(the default, about 5 minutes), io, the I/O-bound jobs "
+                        "(opt-in: longer, 13 minutes on 2 busy cores, mostly procrastinate), "
+                        "or width, 10 ms jobs drained by 1, 2, 4 and 8 processes of 8 "
+                        "threads against the database's ceiling (opt-in, 2 minutes)")
     p.add_argument("--enqueue-rows", type=int, default=100_000,
                    help="rows per bulk enqueue run (default 100,000)")
     p.add_argument("--finished", type=int, default=1_000_000,
@@ -90,13 +96,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def chosen_figures(system: System, workloads: list[str]) -> list[str]:
     """The system's figures the workloads measure. The I/O-bound one takes the
     1-process no-op figure too, of a system that has one: drainer's is the database's
-    limit in that run."""
-    drain = [f for f in system.figures if f not in IO_FIGURES]
+    limit in that run. The width one takes the database's ceiling (systems.CEILING)."""
+    chosen = [f for f in system.figures if f not in OPT_IN] if "drain" in workloads else []
     io = [f for f in system.figures if f in IO_FIGURES]
-    chosen = drain if "drain" in workloads else []
     if "io" in workloads and io:
         limit = ["noop_1"] if "noop_1" in system.figures else []
         chosen = [*chosen, *(f for f in (*limit, *io) if f not in chosen)]
+    if "width" in workloads:
+        ceiling = [CEILING[1]] if system.name == CEILING[0] else []
+        width = [f for f in system.figures if f in WIDTH_FIGURES]
+        chosen = [*chosen, *(f for f in (*ceiling, *width) if f not in chosen)]
     return chosen
 
 
@@ -130,6 +139,8 @@ def measure_once(system: System, figure: str, args: argparse.Namespace) -> dict[
     load = LOADS[figure]
     if figure in IO_FIGURES:
         jobs = round(args.io_jobs * (load.concurrency or 1) / 100 * system.jobs_scale)
+    elif figure in WIDTH_FIGURES:
+        jobs = args.width_jobs
     else:
         jobs = args.sleep_jobs if load.kind == "sleep" else round(args.jobs * system.jobs_scale)
     timed, per_job = measure.drain(system, load, jobs)
@@ -214,7 +225,8 @@ def run(args: argparse.Namespace) -> dict:
                             "machine": machine(), "postgresql": server.version(),
                             "load_before": os.getloadavg(), "runs": args.runs,
                             "jobs": args.jobs, "sleep_jobs": args.sleep_jobs,
-                            "io_jobs": args.io_jobs, "workloads": args.workload}}
+                            "io_jobs": args.io_jobs, "width_jobs": args.width_jobs,
+                            "workloads": args.workload}}
         chosen = [s for s in all_systems(server, competitors=not args.no_competitors)
                   if (not args.only or s.name in args.only)
                   and chosen_figures(s, args.workload)]
@@ -229,6 +241,8 @@ def run(args: argparse.Namespace) -> dict:
         results["ratios"] = report.ratios(results)
     if "io" in args.workload:
         results["io"] = report.io_rows(results)
+    if "width" in args.workload:
+        results["width"] = report.width_rows(results)
     return results
 
 
@@ -272,6 +286,8 @@ def render(results: dict) -> str:
         parts += [report.extras_table(results), report.goals_table(results["ratios"])]
     if "io" in results:
         parts.append(report.io_table(results["io"]))
+    if "width" in results:
+        parts.append(report.width_table(results["width"]))
     return "\n\n".join(parts)
 
 

@@ -1,11 +1,12 @@
 """Results: min / median / max of the runs, the speed goals as ratios of
-medians, the I/O-bound figures against their ideal, and Markdown tables
-(docs/performance.md shows them)."""
+medians, the I/O-bound figures against their ideal, the widths' speed-up over one
+process against the database's ceiling, and Markdown tables (docs/performance.md
+shows them)."""
 
 import statistics
 from dataclasses import dataclass
 
-from .systems import IO_FIGURES, LOADS
+from .systems import CEILING, IO_FIGURES, LOADS, WIDTH_FIGURES
 
 # figure -> (column title, how a value is shown)
 FIGURES = {
@@ -182,12 +183,13 @@ def io_rows(results: dict) -> list[dict]:
     return rows
 
 
+def ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.{2 if value >= 0.1 else 3}f}×"
+
+
 def io_table(rows: list[dict]) -> str:
     """The I/O-bound figures, one row per system and handler kind and concurrency,
     then the database's limit they were held to and why any is n/a."""
-    def ratio(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.{2 if value >= 0.1 else 3}f}×"
-
     body = [[r["system"], _io_title(r["figure"]), cell(r["jobs_s"], "{:,.0f}"),
              f"{r['ideal']:,.0f}", ratio(r["of_ideal"]), ratio(r["of_limit"])] for r in rows]
     limit = next((r["limit"] for r in rows if r["limit"]), None)
@@ -203,3 +205,49 @@ def _io_title(figure: str) -> str:
     load = LOADS[figure]
     handler = "async" if load.kind == "async_sleep" else "sync (threads)"
     return f"{handler}, {load.concurrency}"
+
+
+def width_rows(results: dict) -> list[dict]:
+    """drainer's 10 ms jobs drained by 1, 2, 4 and 8 members of 8 threads: each
+    width's speed-up over width 1 (a ratio of medians), its ideal (members x 8 /
+    10 ms) and its share of the database's ceiling (systems.CEILING, the same run).
+    `jobs_s` and `ceiling` are summaries, or why they are n/a."""
+    drainer = results["systems"].get("drainer", {})
+    base = _median(drainer, ("figures", WIDTH_FIGURES[0]))
+    name, figure = CEILING
+    ceiling = _measured(results["systems"].get(name, {}), figure)
+    top = ceiling["median"] if isinstance(ceiling, dict) else None
+    rows = []
+    for figure in WIDTH_FIGURES:
+        load = LOADS[figure]
+        stats = _measured(drainer, figure)
+        rate = stats["median"] if isinstance(stats, dict) else None
+        rows.append({"width": load.members, "figure": figure, "jobs_s": stats,
+                     "speed_up": rate / base if rate and base else None,
+                     "ideal": load.ideal, "of_ideal": rate / load.ideal if rate else None,
+                     "ceiling": ceiling, "of_ceiling": rate / top if rate and top else None})
+    return rows
+
+
+def _measured(data: dict, figure: str) -> dict | str:
+    """A system's figure: its summary, or why it is n/a."""
+    return data.get("unavailable") or data.get("figures", {}).get(figure, "not measured")
+
+
+def width_table(rows: list[dict]) -> str:
+    """One row per width, then the ceiling they were held to and why any is n/a."""
+    body = [[f"{r['width']} × 8 threads", cell(r["jobs_s"], "{:,.0f}"), ratio(r["speed_up"]),
+             f"{r['ideal']:,.0f} ({r['width']}×)", ratio(r["of_ideal"]),
+             ratio(r["of_ceiling"])] for r in rows]
+    ceiling = rows[0]["ceiling"]
+    member = rows[0]["ideal"] / rows[0]["width"]  # one member's ideal jobs/s
+    notes = ["The database's ceiling: drainer's claim of 10 and batch complete driven by "
+             "pgbench, 4 connections, this run: "
+             + (f"{cell(ceiling, '{:,.0f}')} jobs/s, which the ideal reaches at "
+                f"{ceiling['median'] / member:,.0f} members" if isinstance(ceiling, dict)
+                else f"n/a, {ceiling}")]
+    notes += [f"- width {r['width']}: n/a, {r['jobs_s']}"
+              for r in rows if isinstance(r["jobs_s"], str)]
+    return "\n".join([_table(["members (drain --processes N)", "10 ms jobs/s",
+                               "speed-up over 1", "ideal jobs/s (speed-up)", "/ ideal",
+                               "/ database's ceiling"], body), "", *notes])

@@ -32,17 +32,19 @@ SLEEP_CONCURRENCY = 8
 @dataclass(frozen=True)
 class Load:
     """What a drain figure runs: `processes` processes draining jobs of `kind`, each
-    running `concurrency` handlers at once (None: the system's default)."""
+    running `concurrency` handlers at once (None: the system's default); with
+    `members`, each process is `drain --processes members` (that many members)."""
 
     kind: str
     processes: int = 1
     concurrency: int | None = None
+    members: int | None = None
 
     @property
     def ideal(self) -> float:
         """Jobs/s if every handler slot of a sleep load slept all the time: the
         figure an I/O-bound workload is held to."""
-        return self.processes * (self.concurrency or 1) / SLEEP
+        return self.processes * (self.members or 1) * (self.concurrency or 1) / SLEEP
 
 
 # The drain figures, by name. The io_* ones are the I/O-bound workload (--workload io).
@@ -53,8 +55,14 @@ LOADS = {
     "io_sync_100": Load("sleep", 1, 100),
     "io_async_100": Load("async_sleep", 1, 100),
     "io_async_500": Load("async_sleep", 1, 500),
+    **{f"width_{n}": Load("sleep", 1, SLEEP_CONCURRENCY, members=n) for n in (1, 2, 4, 8)},
 }
 IO_FIGURES = tuple(f for f in LOADS if f.startswith("io_"))
+WIDTH_FIGURES = tuple(f for f in LOADS if f.startswith("width_"))
+OPT_IN = (*IO_FIGURES, *WIDTH_FIGURES)  # figures only their workload measures
+# The database's ceiling the width workload is held to: drainer's claim of 10 and
+# batch complete from pgbench (a C client), 4 connections (bench/README.md says why).
+CEILING = ("pgbench-10", "noop_4")
 ASYNC_IO = tuple(f for f in IO_FIGURES if LOADS[f].kind == "async_sleep")
 
 
@@ -132,7 +140,7 @@ class JobsTable(System):
 
 class Drainer(JobsTable):
     name = "drainer"
-    figures = (*System.figures, *IO_FIGURES)
+    figures = (*System.figures, *OPT_IN)
 
     def __init__(self, server: pg.Server, *extra: str):
         super().__init__(server)
@@ -140,6 +148,10 @@ class Drainer(JobsTable):
         if extra:
             self.name = f"drainer {' '.join(extra)}"
             self.figures = ("noop_1", "noop_4")
+
+    def argvs(self, load: Load, jobs: int) -> list[list[str]]:
+        members = ["--processes", str(load.members)] if load.members else []
+        return [[*self.argv(load.kind, load.concurrency), *members]] * load.processes
 
     def argv(self, kind: str, concurrency: int | None = None) -> list[str]:
         threads = ["--concurrency", str(concurrency)] if concurrency else []
