@@ -23,3 +23,13 @@ HTTP_WINDOW = 300.0  # seconds a signed HTTP request's timestamp may be off by
 # Seconds an HTTP request's drain may take at most (a header may ask for less): under
 # the shortest request limit of the platforms that call it (Netlify's 30 s).
 HTTP_MAX_RUNTIME = 25.0
+# The part of the database's sessions a fleet of drains may hold at most: half of
+# what its own drains hold and what is still free. The other half stays for the
+# application, whose own pools grow under the same load that made the backlog, for a
+# person's psql in an incident, and for a drain's reconnect after a dropped session.
+BUDGET_SHARE = 0.5
+# The most drains a backlog widens to by default (--max-width, DRAINER_MAX_WIDTH):
+# each holds a session and, on Lambda, an invocation; 4 gives most of the speed-up a
+# small database can serve (its own CPU is shared by every drain's claims) and stays
+# far inside a small server's connections and an account's default concurrency.
+MAX_WIDTH = 4

@@ -16,7 +16,8 @@
 -- records its limits for `stats`); drainer_signatures SELECT, INSERT, DELETE (the
 -- HTTP entry point remembers signed requests, and prunes them); drainer_pauses SELECT
 -- (every claim reads the paused queues; pausing and resuming are the owner's, or a
--- role granted INSERT and DELETE on it). No sequence grant: an identity column needs
+-- role granted INSERT and DELETE on it); drainer_fleets SELECT, INSERT, UPDATE (a drain
+-- that widens, and its members, keep their fleet's row). No sequence grant: an identity column needs
 -- none. No TRUNCATE, REFERENCES or TRIGGER, no CREATE on
 -- the schema, and no ownership, so no ALTER, DROP or index builds.
 -- PostgreSQL 14 and older let every role create tables in `public`; there, also run
@@ -43,7 +44,7 @@ END
 $$;
 
 -- The schedules table (migration 8), the flow control tables (migration 9) and the
--- signed HTTP requests seen (the HTTP entry point's), the paused queues.
+-- signed HTTP requests seen (the HTTP entry point's), the paused queues, the fleets.
 DO $$
 BEGIN
   IF to_regclass('drainer_schedules') IS NOT NULL THEN
@@ -58,6 +59,9 @@ BEGIN
   END IF;
   IF to_regclass('drainer_pauses') IS NOT NULL THEN
     GRANT SELECT ON drainer_pauses TO drainer_worker;
+  END IF;
+  IF to_regclass('drainer_fleets') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE ON drainer_fleets TO drainer_worker;
   END IF;
 END
 $$;

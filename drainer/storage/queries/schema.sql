@@ -211,3 +211,20 @@ CREATE TABLE IF NOT EXISTS drainer_pauses (
   paused_at timestamptz NOT NULL DEFAULT now(),
   paused_by text        NOT NULL DEFAULT current_user
 );
+
+-- migration: 14  fleets: the drains that widen together to work off a backlog
+-- One row per queue set (its queues, sorted, comma-joined): the width its drains aim
+-- for, the drains running (member id: when its lease ends, in epoch seconds of the
+-- database's clock), the drains asked for and not started yet (ticket: when it
+-- lapses), and the most ever running at once. Every change is a compare-and-set on
+-- `version`, so drains that decide at once never each start more; a member killed
+-- without leaving stops counting when its lease ends. No process watches it.
+CREATE TABLE IF NOT EXISTS drainer_fleets (
+  fleet      text        PRIMARY KEY,
+  version    bigint      NOT NULL DEFAULT 0,
+  target     int         NOT NULL DEFAULT 0,
+  members    jsonb       NOT NULL DEFAULT '{}',
+  tickets    jsonb       NOT NULL DEFAULT '{}',
+  peak       int         NOT NULL DEFAULT 0,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
