@@ -241,6 +241,30 @@ VERBOSE = Setting(
     "under each failed attempt's log line, the handler's traceback (passwords in URLs "
     "masked; never stored: last_error keeps `Type: message`)")
 
+# Widening: more drains at once while a backlog lasts.
+def share(text: str) -> float:
+    """A fraction above 0, at most 1."""
+    value = _number(text, float, "a fraction")
+    if not 0 < value <= 1:
+        raise ValueError(f"{text!r} must be a fraction above 0 and at most 1")
+    return value
+
+
+MAX_WIDTH = Setting(
+    "max-width", positive_int, defaults.MAX_WIDTH,
+    "the most drains of these queues at once while a backlog lasts, each with its own "
+    f"session (default {defaults.MAX_WIDTH}; 1: never widen)", "N")
+POOL_SIZE = Setting[int | None](
+    "pool-size", positive_int, None,
+    "behind a pooler (PgBouncer, RDS Proxy), its pool's size: the sessions a fleet of "
+    "drains shares with the application, instead of the server's connection limits "
+    "(default: none, the server's limits are read)", "N")
+BUDGET_SHARE = Setting(
+    "budget-share", share, defaults.BUDGET_SHARE,
+    "the part of the database's sessions (what is free and what drainer holds, or the "
+    "pool) a fleet of drains may hold; the rest stays for the application (default "
+    f"{defaults.BUDGET_SHARE:g})", "FRACTION")
+
 # `work`, always on.
 LISTEN_URL = Setting[str | None](
     "listen-url", text, None,

@@ -46,6 +46,7 @@ ONCE = {
     "tests/test_bench_speed.py", "tests/test_clock.py", "tests/test_example_app.py",
     "tests/test_infra.py", "tests/test_lambda_locally.py", "tests/test_layout.py",
     "tests/test_release.py", "tests/test_settings.py", "tests/test_wake.py",
+    "tests/test_width.py",
     "tests/commands/test_progress.py",
     # Django's side (its settings, manage.py, its admin), on either server alike; CI
     # runs these on Django 6 as well.
