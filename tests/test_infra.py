@@ -127,6 +127,9 @@ def test_the_function_is_configured_as_the_issue_requires(sam):
     rate = re.fullmatch(r"rate\((\d+) (minute|hour|day)s?\)", params["BackstopRate"]["Default"])
     minutes = int(rate[1]) * {"minute": 1, "hour": 60, "day": 1440}[rate[2]]
     assert minutes > SUSPEND_AFTER_MINUTES
+    width = params["MaxWidth"]  # the cap on runs at once while a backlog lasts
+    assert (width["Default"], width["MinValue"]) == (settings.MAX_WIDTH.default, 1)
+    assert props["Environment"]["Variables"]["DRAINER_MAX_WIDTH"] == {"Ref": "MaxWidth"}
     [event] = props["Events"].values()
     assert event["Type"] == "ScheduleV2"
     assert json.loads(event["Properties"]["Input"]) == {"source": "drainer.cron"}

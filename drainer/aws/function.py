@@ -24,6 +24,7 @@ from ..tasks import select
 from ..wake import Next, after_run, switch_at
 from . import clients, events, logs, schedule
 from .events import Trigger
+from .fanout import Member
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -96,19 +97,29 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict[str, obje
         "event": "start", "trigger": trigger.kind, "depth": trigger.depth,
         "queue": trigger.queue}})
     total = Summary()
+    member = Member(settings, trigger, queues, handlers, context.invoked_function_arn, deadline)
+    first = True
     while True:
         with _first_session(settings, deadline) as conn:
+            if first:
+                member.join(conn)
+                if member.refused:
+                    return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
+                            "outcome": "not needed"}
+                first = False
+            member.draining(conn)
             summary = drain(conn, handlers, settings.options(queues, deadline),
                             on_claim=lambda: _arm_switch(context, settings),
-                            reopen=lambda: _connect(settings))
-        now = summary.ended_at
-        assert now is not None  # every drain that returns has read the database clock
-        total = total.plus(summary)
-        left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
-        decision = after_run(summary, now=now, depth=trigger.depth,
-                             max_depth=settings.max_depth, remaining=left)
-        if decision.action != "wait":
-            break
+                            on_batch=member.on_batch, reopen=lambda: _connect(settings))
+            now = summary.ended_at
+            assert now is not None  # every drain that returns has read the database clock
+            total = total.plus(summary)
+            left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
+            decision = after_run(summary, now=now, depth=trigger.depth,
+                                 max_depth=settings.max_depth, remaining=left)
+            if decision.action != "wait":
+                continuation = member.leave(conn, decision, summary)
+                break
         assert decision.at is not None  # a wait is until a moment
         # Due within the minute and time to spare: cheaper than a schedule, and
         # no session is open while we sleep.
@@ -116,14 +127,15 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict[str, obje
                  extra={"data": {"event": "wait", "at": decision.at}})
         clock.sleep((decision.at - now).total_seconds())
     total = replace(total, seconds=clock.monotonic() - began)
-    outcome = _act(decision, trigger, context, settings, total)
+    outcome = _act(decision, trigger, continuation, context, settings, total)
     pruned = _prune(decision, settings)
     logs.print_metrics(total, namespace=settings.namespace, function=context.function_name,
                        trigger=trigger.kind, depth=trigger.depth, next=decision.action,
                        outcome=outcome)
     return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
             "next": decision.action, "at": decision.at.isoformat() if decision.at else None,
-            "lease": decision.lease, "outcome": outcome, "pruned": pruned}
+            "lease": decision.lease, "outcome": outcome, "pruned": pruned,
+            "widened": member.started}
 
 
 def _arm_switch(context: Any, settings: Settings) -> None:
@@ -155,16 +167,21 @@ def _arm(at: datetime, lease: bool, context: Any, scheduler: tuple[str, str]) ->
                         group=group, lease=lease)
 
 
-def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
-         total: Summary) -> str:
-    """Carry out the decision. A failed AWS call is logged, not raised: the jobs are
-    safe in the table and the backstop schedule will drain them."""
+def _act(decision: Next, trigger: Trigger, continuation: events.ContinueEvent | None,
+         context: Any, settings: Settings, total: Summary) -> str:
+    """Carry out the decision (a continuation with `continuation`; None: the fleet's
+    other members drain what is left). A failed AWS call is logged, not raised: the
+    jobs are safe in the table and the backstop schedule will drain them."""
     if decision.action == "none":
         if total.next_due is not None:
             log.warning("jobs are still ready but the continuation depth is at its limit "
                         "(DRAINER_MAX_DEPTH=%d); the backstop schedule takes over",
                         settings.max_depth, extra={"data": {"event": "max_depth"}})
         return "none"
+    if decision.action == "continue" and continuation is None:
+        log.info("the fleet's other members drain what is left",
+                 extra={"data": {"event": "left_to_fleet"}})
+        return "left to the fleet"
     scheduler = settings.scheduler
     if decision.action == "wake" and scheduler is None:
         log.warning("a job is due at %s but wake-ups are not configured "
@@ -176,8 +193,8 @@ def _act(decision: Next, trigger: Trigger, context: Any, settings: Settings,
 
     try:
         if decision.action == "continue":
-            clients.invoke_async(context.invoked_function_arn,
-                                 events.continuation(trigger.depth + 1))
+            assert continuation is not None
+            clients.invoke_async(context.invoked_function_arn, continuation)
             outcome = "continued"
         else:
             assert decision.at is not None and scheduler is not None  # a wake-up, armable

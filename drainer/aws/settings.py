@@ -3,7 +3,8 @@
 The drain's settings are the command line's (`drainer.settings.Drain`: DRAINER_TASKS,
 DRAINER_QUEUES, DRAINER_BATCH_SIZE, DRAINER_LEASE, DRAINER_CONCURRENCY,
 DRAINER_ARCHIVE_AFTER, DRAINER_ARCHIVE_FAILED_AFTER, DRAINER_EVENT_LOOP,
-DRAINER_VERBOSE), read the same way, as is DRAINER_CONNECT_TIMEOUT; the rest is the
+DRAINER_VERBOSE), read the same way, as are DRAINER_CONNECT_TIMEOUT and the widening's
+(DRAINER_MAX_WIDTH, DRAINER_POOL_SIZE, DRAINER_BUDGET_SHARE); the rest is the
 function's own.
 """
 
@@ -27,6 +28,9 @@ class Settings:
     schedule_group: str | None = None
     scheduler_role_arn: str | None = None
     namespace: str = "drainer"
+    max_width: int = s.MAX_WIDTH.default
+    pool_size: int | None = None
+    budget_share: float = s.BUDGET_SHARE.default
 
     @property
     def scheduler(self) -> tuple[str, str] | None:
@@ -65,6 +69,9 @@ class Settings:
             schedule_group=s.SCHEDULE_GROUP.resolve(),
             scheduler_role_arn=s.SCHEDULER_ROLE_ARN.resolve(),
             namespace=s.METRICS_NAMESPACE.resolve(),
+            max_width=s.MAX_WIDTH.resolve(),
+            pool_size=s.POOL_SIZE.resolve(),
+            budget_share=s.BUDGET_SHARE.resolve(),
         )
 
     def options(self, queues: list[str], deadline: float) -> Options:

@@ -252,9 +252,11 @@ class Drain:
 
     def take(self, spec: Claim) -> list[model.Job]:
         """The jobs of a claim sent on its own."""
-        return self.session.send(lambda c: roundtrip.claim(
+        jobs = self.session.send(lambda c: roundtrip.claim(
             c, spec.queues, spec.size, spec.lease, limited=spec.limited, take=spec.take,
             now=clock.database_now()))
+        self.summary.took(len(jobs), spec)
+        return jobs
 
     def written(self, outcome: Outcome, claim_next: Claim | None,
                 jobs: list[model.Job], land: Land | None = None) -> list[model.Job]:
@@ -274,6 +276,8 @@ class Drain:
         hooks of it; `jobs`: those it may hold. `land(claimed)` comes first: a refill's
         jobs join their batch before anything here may fail or wait."""
         settled = settle(self.session, outcome, claim_next, self.db_now)
+        if claim_next is not None:
+            self.summary.took(len(settled.claimed), claim_next)
         if land is not None:
             land(settled.claimed)
         record(settled, outcome, self.summary)

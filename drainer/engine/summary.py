@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
 from .. import clock, defaults, model
+from ..storage.claim import Claim
 from .outcome import Outcome
 
 log = logging.getLogger("drainer.run")  # the name its log lines always had
@@ -35,6 +36,17 @@ class Summary:
     next_run_at: datetime | None = None
     next_lease_end: datetime | None = None
     ended_at: datetime | None = None  # the database clock when next_due was read
+    # The last claim's jobs, and whether it came back full (more are likely ready):
+    # what a drain knows of the backlog without counting it (drainer.width); not in
+    # the JSON.
+    taken: int = 0
+    full: bool = False
+
+    def took(self, jobs: int, claim: Claim) -> None:
+        """Note what a claim took: full when it took all it asked for (a claim of
+        limited queues only asks for no more than its free slots)."""
+        asked = min(claim.size, claim.take) if claim.limited and not claim.queues else claim.size
+        self.taken, self.full = jobs, jobs >= asked > 0
 
     def plus(self, later: "Summary") -> "Summary":
         """`later` (its stop reason, next_due...) with this summary's counts added to its
@@ -46,6 +58,7 @@ class Summary:
     def as_json(self) -> dict[str, object]:
         data = asdict(self)
         del data["next_run_at"], data["next_lease_end"], data["ended_at"]
+        del data["taken"], data["full"]
         data["seconds"] = round(self.seconds, 3)
         data["next_due"] = self.next_due.isoformat() if self.next_due else None
         return data

@@ -7,6 +7,11 @@ Lambda runs a Python function as `python -m awslambdaric <Handler>` in its task
 root, with AWS_LAMBDA_RUNTIME_API naming the Runtime API; `FunctionProcess` does
 the same against `RuntimeApi`, so the handler string, the context, the event and
 the result all go through the code that runs in Lambda instead of a direct call.
+
+Several processes may poll one `RuntimeApi`, as Lambda runs one execution
+environment per invocation at once; with `deliver`, each asynchronous Invoke is
+queued as an event for them (`repeat` times: a delivery more than once), as Lambda
+does, and `peak` is the most invocations that ran at once.
 """
 
 import json
@@ -65,8 +70,11 @@ class RuntimeApi:
     for the next `GET .../invocation/next` (which blocks, as Lambda's does, until
     there is one); results, errors, init errors and Invoke requests are recorded."""
 
-    def __init__(self, function_arn: str):
+    def __init__(self, function_arn: str, *, deliver: bool = False, repeat: int = 1,
+                 seconds: float = 60):
         self.function_arn = function_arn
+        self.deliver, self.repeat, self.seconds = deliver, repeat, seconds
+        self.peak = 0  # the most invocations served and not answered at once
         self.served: list[str] = []  # request ids, in the order /next handed them out
         self.invokes: list[Invoke] = []
         self.init_errors: list[Outcome] = []
@@ -107,6 +115,27 @@ class RuntimeApi:
             self._changed.wait_for(lambda: self.init_errors, timeout)
             return self.init_errors[0] if self.init_errors else None
 
+    def running(self) -> int:
+        """Invocations served and not answered yet."""
+        return len(self.served) - len(self._outcomes)
+
+    def outcomes(self) -> list[Outcome]:
+        """Every outcome posted, in the order the invocations were served."""
+        with self._changed:
+            return [self._outcomes[r] for r in self.served if r in self._outcomes]
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether, within `timeout` seconds, no event waits and every invocation
+        served has its outcome (an invocation invokes before it answers, so nothing
+        more will come)."""
+        until = time.monotonic() + timeout
+        with self._changed:
+            while not (self._events.empty() and self.running() == 0):
+                if time.monotonic() > until:
+                    return False
+                self._changed.wait(0.05)
+            return True
+
     def close(self) -> None:
         self._events.put(None)  # releases a waiting /next
         self._server.shutdown()
@@ -119,7 +148,9 @@ class RuntimeApi:
         if event is None:
             self._events.put(None)  # for any other waiter
             return None
-        self.served.append(event.request_id)
+        with self._changed:
+            self.served.append(event.request_id)
+            self.peak = max(self.peak, self.running())
         return event
 
     def _record(self, request_id: str | None, outcome: Outcome) -> None:
@@ -184,6 +215,9 @@ def _handler_for(api: RuntimeApi) -> type[BaseHTTPRequestHandler]:
                     return self._reply(HTTPStatus.BAD_REQUEST, json.dumps(
                         {"Type": "User", "message": "only Event invokes here"}).encode(),
                         {"x-amzn-ErrorType": "InvalidParameterValueException"})
+                if api.deliver:
+                    for _ in range(api.repeat):
+                        api.invoke(invoke.payload, api.seconds)
                 return self._reply(HTTPStatus.ACCEPTED)  # queued: nothing to say
             error_type = self.headers.get("Lambda-Runtime-Function-Error-Type")
             if path == f"{RUNTIME}/init/error":

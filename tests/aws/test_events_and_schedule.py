@@ -22,6 +22,9 @@ from tests.aws.helpers import FUNCTION_ARN, GROUP, REGION, ROLE_ARN
     (events.continuation(3), Trigger("continue", depth=3)),
     (events.wake(datetime(2026, 12, 2, 12, 1, tzinfo=UTC)), Trigger("wake")),
     ({"source": "drainer.migrate"}, Trigger("migrate")),
+    (events.fanout("a,b", "t1"), Trigger("fanout", fleet="a,b", ticket="t1")),
+    (events.continuation(2, "a,b", "t2"), Trigger("continue", depth=2, fleet="a,b",
+                                                 ticket="t2")),
 ])
 def test_triggers_are_recognised(event, trigger):
     assert events.recognise(event) == trigger
@@ -31,6 +34,9 @@ def test_triggers_are_recognised(event, trigger):
     {}, [], "drainer.cron", None, {"source": "aws.events", "detail-type": "EC2 State Change"},
     {"source": "drainer.continue"}, {"source": "drainer.continue", "depth": 0},
     {"source": "drainer.continue", "depth": True},
+    {"source": "drainer.fanout"}, {"source": "drainer.fanout", "fleet": "q"},
+    {"source": "drainer.fanout", "fleet": "q", "ticket": 1},
+    {"source": "drainer.continue", "depth": 1, "ticket": "t"},
 ])
 def test_anything_else_is_refused(event):
     with pytest.raises(errors.BadInput):
