@@ -5,7 +5,7 @@ from typing import TypedDict
 
 import psycopg
 
-from ..storage import pauses, sql
+from ..storage import fleets, pauses, sql
 from ..storage.limits import Fill, describe, fills
 from .common import emit, open_db
 from .text import age, one_line
@@ -46,9 +46,18 @@ class Paused(TypedDict):
     ready: int  # at most pauses.MORE_READY
 
 
+class FleetStatus(TypedDict):
+    fleet: str  # its queues, comma-joined
+    running: int  # members running now (their leases not over)
+    starting: int  # members asked for, not running yet
+    target: int  # the width its members aim for
+    peak: int  # the most ever running at once
+
+
 class Stats(TypedDict):
     queues: list[QueueStatus]
     paused: list[Paused]
+    fleets: list[FleetStatus]
     priorities: list[PriorityCount] | None
     done_last_hour: dict[str, int] | None
     top_errors: dict[str, list[TopError]]
@@ -61,7 +70,8 @@ def stats(conn: psycopg.Connection) -> Stats:
     last hour (None without migration 5's done_at column); each queue's most frequent
     errors; table health; jobs by priority in the queues that use priorities other
     than 0 (None without migration 6's priority column); each limited queue's
-    limits, how full they are and the jobs they hold back; and the paused queues."""
+    limits, how full they are and the jobs they hold back; the paused queues; and the
+    fleets of drains that widen together (none without migration 14's table)."""
     rows = sql.rows(conn, "stats")
     errors = sql.rows(conn, "top_errors", {"top": TOP_ERRORS})
     health = sql.row(conn, "table_health")
@@ -84,7 +94,13 @@ def stats(conn: psycopg.Connection) -> Stats:
     for q, error, jobs, latest in errors:
         top.setdefault(q, []).append({"error": error, "jobs": jobs, "latest_id": latest})
     return {"queues": queues, "done_last_hour": done, "top_errors": top, "table": table,
-            "priorities": priorities, "limits": fills(conn), "paused": paused_queues(conn)}
+            "priorities": priorities, "limits": fills(conn), "paused": paused_queues(conn),
+            "fleets": fleet_status(conn)}
+
+
+def fleet_status(conn: psycopg.Connection) -> list[FleetStatus]:
+    return [{"fleet": f.name, "running": f.running, "starting": f.pending,
+             "target": f.target, "peak": f.peak} for f in fleets.fleets(conn)]
 
 
 def paused_queues(conn: psycopg.Connection) -> list[Paused]:
@@ -105,6 +121,7 @@ def format_stats(data: Stats) -> str:
     lines += ["", *_rates(data["done_last_hour"]), *_chart(data["queues"]),
               *_by_priority(data.get("priorities") or []),
               *_limits(data.get("limits") or []), *_paused(data.get("paused") or []),
+              *_fleets(data.get("fleets") or []),
               *_top_errors(data.get("top_errors") or {})]
     t = data["table"]
     lines.append("")
@@ -186,6 +203,15 @@ def _paused(found: list[Paused]) -> list[str]:
         return []
     return ["", "paused queues (no drainer claims their jobs):",
             *(f"  {paused_line(p)}" for p in found)]
+
+
+def _fleets(found: list[FleetStatus]) -> list[str]:
+    if not found:
+        return []
+    return ["", "fleets (drains of a queue set working a backlog together):", *(
+        f"  {f['fleet']}: {f['running']} running"
+        + (f", {f['starting']} starting" if f["starting"] else "")
+        + f", target width {f['target']} (most at once: {f['peak']})" for f in found)]
 
 
 def _top_errors(top: dict[str, list[TopError]]) -> list[str]:

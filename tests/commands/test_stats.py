@@ -11,6 +11,7 @@ import psycopg
 import drainer
 from drainer.commands import stats as stats_command
 from drainer.db import connect
+from drainer.storage import fleets
 from tests.helpers import HAND_MADE_TABLE, run_cli
 
 LEASE = timedelta(minutes=5)
@@ -118,3 +119,15 @@ def test_stats_counts_the_rows_and_labels_the_vacuum_statistics_as_an_estimate(d
     [health] = [line for line in text.splitlines() if "dead tuples" in line]
     assert health.startswith("vacuum statistics (PostgreSQL's estimate, updated lazily): ")
     assert re.search(r": \d+ live, \d+ dead tuples; last autovacuum .+, last vacuum ", health)
+
+
+def test_stats_shows_each_fleet_its_members_and_target(conn, db_url):
+    assert stats_command.stats(conn)["fleets"] == []  # no drain has widened here
+    fleets.change(conn, "mail", lambda f: f.joined("gone", -1))  # its lease is over
+    fleets.change(conn, "mail", lambda f: f.joined("a", 300))
+    fleets.change(conn, "mail", lambda f: f.joined("b", 300).widened(1, 60)[0])
+    data = json.loads(run_cli("stats", "--json", "--database-url", db_url).stdout)
+    assert data["fleets"] == [{"fleet": "mail", "running": 2, "starting": 1, "target": 3,
+                               "peak": 2}]
+    text = run_cli("stats", "--database-url", db_url).stdout
+    assert "  mail: 2 running, 1 starting, target width 3 (most at once: 2)" in text
