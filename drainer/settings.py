@@ -254,16 +254,18 @@ MAX_WIDTH = Setting(
     "max-width", positive_int, defaults.MAX_WIDTH,
     "the most drains of these queues at once while a backlog lasts, each with its own "
     f"session (default {defaults.MAX_WIDTH}; 1: never widen)", "N")
+BUDGET_SHARE = Setting(
+    "budget-share", share, defaults.BUDGET_SHARE,
+    "the part of the database's sessions a fleet of drains may hold: of those its "
+    "drains hold and those the server, the role and the database still take (behind a "
+    "pooler, of the pool); the rest stays for the application (default "
+    f"{defaults.BUDGET_SHARE:g})",
+    "FRACTION")
 POOL_SIZE = Setting[int | None](
     "pool-size", positive_int, None,
     "behind a pooler (PgBouncer, RDS Proxy), its pool's size: the sessions a fleet of "
     "drains shares with the application, instead of the server's connection limits "
     "(default: none, the server's limits are read)", "N")
-BUDGET_SHARE = Setting(
-    "budget-share", share, defaults.BUDGET_SHARE,
-    "the part of the database's sessions (what is free and what drainer holds, or the "
-    "pool) a fleet of drains may hold; the rest stays for the application (default "
-    f"{defaults.BUDGET_SHARE:g})", "FRACTION")
 
 # `work`, always on.
 LISTEN_URL = Setting[str | None](

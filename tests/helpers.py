@@ -193,3 +193,28 @@ def at(moment: datetime) -> Iterator[None]:
         mp.setattr(freezegun.api, "call_stack_inspection_limit", 0)
         mp.setattr(clock, "database_now", lambda: datetime.now(UTC))
         yield
+
+
+@contextmanager
+def limited_login(server, db_url: str, name: str, limit: int, *, setup: str = "",
+                  member_of: str | None = None) -> Iterator[str]:
+    """The URL of a login role `name` that takes at most `limit` sessions, in the test's
+    database (after `setup` ran as the owner, in role `member_of`); its sessions ended
+    and the role dropped afterwards, with `member_of` and its grants."""
+    with psycopg.connect(db_url, autocommit=True) as owner:
+        if setup:
+            owner.execute(setup)
+        owner.execute(f"DROP ROLE IF EXISTS {name}")
+        owner.execute(f"CREATE ROLE {name} LOGIN CONNECTION LIMIT {limit}"
+                      + (f" IN ROLE {member_of}" if member_of else ""))
+    try:
+        yield server.url(psycopg.conninfo.conninfo_to_dict(db_url)["dbname"], name)
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as owner:
+            owner.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE usename = %s", [name])
+            if member_of:
+                owner.execute(f"DROP OWNED BY {member_of}")
+            owner.execute(f"DROP ROLE {name}")
+            if member_of:
+                owner.execute(f"DROP ROLE {member_of}")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from drainer import enqueue_many
 from drainer.storage import fleets
@@ -29,7 +28,7 @@ from tests.aws.test_runtime_client import (  # noqa: F401 - fixtures
     moto_endpoint,
     runtime_client,
 )
-from tests.helpers import count
+from tests.helpers import count, limited_login
 from tests.storage.test_least_privilege import ROLES_SQL
 from tests.templates import TEMPLATE
 
@@ -131,17 +130,9 @@ def test_a_fanout_delivered_twice_adds_no_member(pool, db_url, conn):
 @pytest.fixture
 def limited_url(server, db_url) -> Iterator[str]:
     """A login holding drainer_worker whose role takes at most 4 sessions."""
-    with psycopg.connect(db_url, autocommit=True) as owner:
-        owner.execute(ROLES_SQL)
-        owner.execute(f"DROP ROLE IF EXISTS {LOGIN}")
-        owner.execute(f"CREATE ROLE {LOGIN} LOGIN CONNECTION LIMIT 4 IN ROLE drainer_worker")
-    yield server.url(conninfo_to_dict(db_url)["dbname"], LOGIN)
-    with psycopg.connect(db_url, autocommit=True) as owner:
-        owner.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE usename = %s", [LOGIN])
-        owner.execute("DROP OWNED BY drainer_worker")
-        owner.execute(f"DROP ROLE {LOGIN}")
-        owner.execute("DROP ROLE drainer_worker")
+    with limited_login(server, db_url, LOGIN, 4, setup=ROLES_SQL,
+                       member_of="drainer_worker") as url:
+        yield url
 
 
 def test_eight_runs_on_a_role_below_the_cap_stay_within_its_sessions(pool, limited_url, conn):

@@ -10,6 +10,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from drainer.db import connect
 from drainer.storage.budget import Budget, session_budget
+from tests.helpers import limited_login
 
 LOGIN = "drainer_budget_login"
 
@@ -17,14 +18,8 @@ LOGIN = "drainer_budget_login"
 @pytest.fixture
 def login_url(server, db_url) -> Iterator[str]:
     """A login role limited to 5 sessions, in the test's database."""
-    with psycopg.connect(db_url, autocommit=True) as owner:
-        owner.execute(f"DROP ROLE IF EXISTS {LOGIN}")
-        owner.execute(f"CREATE ROLE {LOGIN} LOGIN CONNECTION LIMIT 5")
-    yield server.url(conninfo_to_dict(db_url)["dbname"], LOGIN)
-    with psycopg.connect(db_url, autocommit=True) as owner:
-        owner.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE usename = %s", [LOGIN])
-        owner.execute(f"DROP ROLE {LOGIN}")
+    with limited_login(server, db_url, LOGIN, 5) as url:
+        yield url
 
 
 def usable(conn: psycopg.Connection) -> int:
