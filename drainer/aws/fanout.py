@@ -100,8 +100,9 @@ class Member:
         def edit(fleet: fleets.Fleet) -> fleets.Fleet:
             fleet = fleet.renewed(self.id, self.lease)
             issued.clear()
-            if width.more_members(self._load(summary, fleet, fleet.pending + 1, now)) == 0:
-                return fleet  # the backlog calls for none, whatever the budget
+            asked = self._load(summary, fleet, 0, now)
+            if width.wanted(asked) <= asked.running:
+                return fleet  # the backlog calls for none: no need to read the budget
             room = budget.session_budget(conn, pool_size=self.settings.pool_size,
                                          share=self.settings.budget_share
                                          ).more(fleet.running, fleet.pending)
