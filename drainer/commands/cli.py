@@ -105,7 +105,7 @@ CONNECTING: Group = ("connecting", (s.CONNECT_TIMEOUT,))
 DRAIN: Group = ("drain", (s.TASKS, s.BATCH_SIZE, s.LEASE, s.MAX_RUNTIME, s.CONCURRENCY,
                           s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER, s.EVENT_LOOP, s.VERBOSE))
 ALWAYS_ON: Group = ("always on", (s.LISTEN_URL, s.POLL_INTERVAL))
-PROCESSES: Group = ("processes", (s.PROCESSES,))
+PROCESSES: Group = ("processes", (s.PROCESSES, s.BUDGET_SHARE, s.POOL_SIZE))
 DOCTOR: Group = ("doctor", (s.MAX_READY_AGE, s.TASKS))
 # Each command's settings: the one place that says which command reads which variable.
 SETTINGS: dict[str, tuple[Group, ...]] = {

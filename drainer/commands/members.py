@@ -18,10 +18,11 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from .. import clock
+from .. import clock, config
 from ..engine.summary import COUNTS, Summary
 from ..settings import PROCESSES
-from .common import emit, handlers_of, log
+from ..storage.budget import session_budget
+from .common import emit, handlers_of, log, open_db
 from .progress import closing
 from .signals import MEMBER
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int | None:
     command = [sys.executable, "-m", "drainer", *member_argv(args.argv)]
     members = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 env=env, start_new_session=True)
-               for _ in range(args.processes)]
+               for _ in range(affordable(args))]
     log.info("%s with %d processes", args.command, len(members))
     _pass_on_signals(members)
     outputs = _outputs(members)
@@ -65,6 +66,24 @@ def run(args: argparse.Namespace) -> int | None:
     log.info("%s", closing(total, total.seconds))
     emit(total.as_json())
     return next((code for code in codes if code), None)
+
+
+def affordable(args: argparse.Namespace) -> int:
+    """The members the database's session budget takes, at most --processes, at least
+    one: a share (--budget-share) of the sessions the server, the role and the
+    database still take (behind a pooler, of --pool-size), each member holding one
+    (two for `work`: its LISTEN too). Read on a session of this process's, which it
+    closes before the members open theirs."""
+    per_member = 2 if args.command == "work" else 1
+    with open_db(args, db=config.resolve_database(args.database_url)) as conn:
+        budget = session_budget(conn, pool_size=args.pool_size, share=args.budget_share)
+        sessions = budget.more(running=1) + 1  # this session's, closed before they start
+    members: int = max(1, min(args.processes, sessions // per_member))
+    if members < args.processes:
+        log.warning("the database takes %d more sessions for drainer (a share of %g of "
+                    "what it still takes, --budget-share): %d processes instead of %d",
+                    sessions, args.budget_share, members, args.processes)
+    return members
 
 
 def _pass_on_signals(members: list[subprocess.Popen[bytes]]) -> None:

@@ -64,9 +64,10 @@ ARCHIVE = {"--archive-after", "--archive-failed-after"}
 
 
 def test_each_command_offers_only_the_options_it_uses():
-    assert offered("drain") == DATABASE_OPTIONS | DRAIN | {"--connect-timeout", "--processes"}
-    assert offered("work") == DATABASE_OPTIONS | DRAIN | {"--listen-url", "--poll-interval",
-                                                          "--processes"}
+    members = {"--processes", "--budget-share", "--pool-size"}
+    assert offered("drain") == DATABASE_OPTIONS | DRAIN | members | {"--connect-timeout"}
+    assert offered("work") == DATABASE_OPTIONS | DRAIN | members | {"--listen-url",
+                                                                    "--poll-interval"}
     assert offered("archive") == DATABASE_OPTIONS | ARCHIVE
     assert offered("doctor") == DATABASE_OPTIONS | {"--json", "--max-ready-age", "--tasks"}
     for command in ("migrate", "reap", "cancel"):

@@ -13,7 +13,7 @@ import pytest
 import drainer
 from drainer.commands.members import added_up, member_argv
 from drainer.db import connect
-from tests.helpers import run_cli, summary_of, wait_until, with_modules
+from tests.helpers import limited_login, run_cli, summary_of, wait_until, with_modules
 
 PIDS = """
 import os, time
@@ -151,3 +151,19 @@ def test_the_summaries_add_up_with_the_strongest_stop_and_the_earliest_due():
     assert total.next_due.isoformat() == "2030-01-01T00:00:05+00:00"
     assert added_up([{"stopped": "signal"}, {"stopped": "empty"}]).stopped == "signal"
     assert added_up([]).stopped == "empty"
+
+
+def test_members_stay_within_the_databases_session_budget(server, db_url, pids_env):
+    """A role that takes 4 sessions, half of them drainer's (--budget-share 0.5): 2
+    members, not the 8 asked, and no connection refused."""
+    with connect(db_url) as conn:
+        drainer.enqueue_many(conn, "default", [{"sleep": 0.01}] * 100)
+        conn.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO PUBLIC")
+        conn.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO PUBLIC")
+    with limited_login(server, db_url, "drainer_members", 4) as url:
+        done = run_cli("drain", "--database-url", url, "--tasks", "pids", "--processes",
+                       "8", "--budget-share", "0.5", env=pids_env)
+    assert done.returncode == 0, done.stderr
+    assert "2 processes instead of 8" in done.stderr
+    assert "waiting for the database" not in done.stderr
+    assert summary_of(done.stdout)["done"] == 100 and len(members_of(db_url)) == 2
