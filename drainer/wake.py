@@ -4,8 +4,9 @@ Pure decisions on the run's summary, shared by the cloud entry points and the
 scale-to-zero simulator in `bench/`, so the simulator cannot drift from what ships.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from .run import Summary
@@ -44,6 +45,32 @@ class Next:
     def stale(self, lease_wake_up: datetime) -> bool:
         """Whether the lease wake-up armed for the minute `lease_wake_up` can go."""
         return self.stops and (self.leases_from is None or lease_wake_up < self.leases_from)
+
+
+WAKE_PREFIX, LEASE_PREFIX = "wake-", "lease-"  # wake-up names: a queued job's, a lease end's
+MINUTE = "%Y%m%dT%H%MZ"  # the minute in a wake-up's name, in UTC
+
+
+def name_for(at: datetime, *, lease: bool = False) -> str:
+    """A wake-up's name on a cloud scheduler: its kind and its minute, so runs that
+    arm the same minute arm one wake-up."""
+    if at.tzinfo is None:
+        raise ValueError("a wake-up time must carry its time zone")
+    return (LEASE_PREFIX if lease else WAKE_PREFIX) + at.astimezone(UTC).strftime(MINUTE)
+
+
+def stale(names: Iterable[str], decision: Next) -> list[str]:
+    """The lease wake-ups among `names` that `decision` says are no longer needed;
+    a name not of our making is never among them."""
+    found = []
+    for name in (n for n in names if n.startswith(LEASE_PREFIX)):
+        try:
+            minute = datetime.strptime(name.removeprefix(LEASE_PREFIX), MINUTE)
+        except ValueError:
+            continue  # someone else's: not ours to delete
+        if decision.stale(minute.replace(tzinfo=UTC)):
+            found.append(name)
+    return found
 
 
 def ceil_minute(moment: datetime) -> datetime:

@@ -23,8 +23,7 @@ from bench.simulator.strategies import (
     PolledSlots,
     strategies,
 )
-from drainer import clock
-from drainer.aws import function
+from drainer import clock, cloud
 from drainer.run import Sizer
 from drainer.wake import Next
 from tests.helpers import unavailable
@@ -186,7 +185,7 @@ def test_the_replay_runs_the_function_s_own_decisions(database, monkeypatch):
     # The function stops after every drain: no wake-up for the last retries.
     day = parse(BURST)
     assert replay(day, TIMEOUT, Ours(backstop=None), database).unfinished == 0
-    monkeypatch.setattr(function, "after_run", lambda summary, **_: Next("none"))
+    monkeypatch.setattr(cloud, "after_run", lambda summary, **_: Next("none"))
     assert replay(day, TIMEOUT, Ours(backstop=None), database).unfinished > 0
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
-from drainer import clock
+from drainer import clock, cloud
 from drainer.aws import clients, events, function
 from drainer.aws.credentials import Credentials
 from drainer.aws.settings import Settings
@@ -111,7 +111,7 @@ class Lambda:
         """The AWS clients, and `connect` as the function's way to the database."""
         with (replaced(clients, get=lambda service: {"scheduler": self.scheduler}[service],
                        invoke_async=lambda _function, event: self.invoke(event)),
-              replaced(function, connect=connect)):
+              replaced(cloud, connect=connect)):
             yield
 
 

@@ -9,19 +9,17 @@ sees no session from the function between runs and can suspend.
 
 import logging
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from .. import clock
-from ..db import connect
+from .. import clock, cloud
 from ..engine.session import first_session
-from ..errors import AuthenticationFailed, ConfigError, DrainerError, redact
-from ..run import Summary, drain
-from ..storage import schema
+from ..errors import ConfigError, DrainerError, redact
+from ..run import Summary
 from ..tasks import select
-from ..wake import Next, after_run, switch_at
+from ..wake import Next, switch_at
 from . import clients, events, logs, schedule
 from .events import Trigger
 from .fanout import Member
@@ -49,17 +47,7 @@ def run_lambda(event: Any, context: Any) -> dict[str, object]:
 
 def _connect(settings: Settings, **options: Any) -> psycopg.Connection:
     options.setdefault("statement_timeout", settings.statement_timeout)
-
-    def attempt() -> psycopg.Connection:
-        return connect(settings.credentials.conninfo(), prepare=settings.prepare, **options)
-
-    try:
-        return attempt()
-    except AuthenticationFailed:
-        if not settings.credentials.forget():
-            raise
-        log.info("the database refused the cached secret; reading the secret again")
-        return attempt()
+    return cloud.connect_with(settings.credentials, prepare=settings.prepare, **options)
 
 
 def _first_session(settings: Settings, deadline: float) -> psycopg.Connection:
@@ -70,13 +58,8 @@ def _first_session(settings: Settings, deadline: float) -> psycopg.Connection:
 
 
 def _migrate(settings: Settings) -> dict[str, object]:
-    # Building an index on a big hand-made table may take longer than a drain's timeout.
     with _connect(settings, statement_timeout=None) as conn:
-        applied = schema.migrate(conn)
-        version = schema.version(conn)
-    log.info("schema at version %d", version,
-             extra={"data": {"event": "migrated", "version": version, "applied": applied}})
-    return {"version": version, "applied": applied}
+        return cloud.migrate(conn)
 
 
 def _deadline(context: Any, margin: float) -> float:
@@ -96,38 +79,17 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict[str, obje
     log.info("run started by %s", trigger.kind, extra={"data": {
         "event": "start", "trigger": trigger.kind, "depth": trigger.depth,
         "queue": trigger.queue}})
-    total = Summary()
     member = Member(settings, trigger, queues, handlers, context.invoked_function_arn, deadline)
-    first = True
-    while True:
-        with _first_session(settings, deadline) as conn:
-            if first:
-                member.join(conn)
-                if member.refused:
-                    return {**total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
-                            "outcome": "not needed"}
-                first = False
-            member.draining(conn)
-            summary = drain(conn, handlers, settings.options(queues, deadline),
-                            on_claim=lambda: _arm_switch(context, settings),
-                            on_batch=member.on_batch, reopen=lambda: _connect(settings))
-            now = summary.ended_at
-            assert now is not None  # every drain that returns has read the database clock
-            total = total.plus(summary)
-            left = timedelta(seconds=max(0.0, deadline - clock.monotonic()))
-            decision = after_run(summary, now=now, depth=trigger.depth,
-                                 max_depth=settings.max_depth, remaining=left)
-            if decision.action != "wait":
-                continuation = member.leave(conn, decision, summary)
-                break
-        assert decision.at is not None  # a wait is until a moment
-        # Due within the minute and time to spare: cheaper than a schedule, and
-        # no session is open while we sleep.
-        log.info("waiting until %s", decision.at.isoformat(),
-                 extra={"data": {"event": "wait", "at": decision.at}})
-        clock.sleep((decision.at - now).total_seconds())
-    total = replace(total, seconds=clock.monotonic() - began)
-    outcome = _act(decision, trigger, continuation, context, settings, total)
+    ran = cloud.drains(
+        lambda: _first_session(settings, deadline), lambda: _connect(settings), handlers,
+        settings.options(queues, deadline), depth=trigger.depth,
+        max_depth=settings.max_depth, on_claim=lambda: _arm_switch(context, settings),
+        member=member)
+    if ran.decision is None:  # a fan-out's member the fleet no longer needed
+        return {**ran.total.as_json(), "trigger": trigger.kind, "depth": trigger.depth,
+                "outcome": "not needed"}
+    total, decision = replace(ran.total, seconds=clock.monotonic() - began), ran.decision
+    outcome = _act(decision, trigger, ran.continuation, context, settings, total)
     pruned = _prune(decision, settings)
     logs.print_metrics(total, namespace=settings.namespace, function=context.function_name,
                        trigger=trigger.kind, depth=trigger.depth, next=decision.action,

@@ -11,44 +11,12 @@ that level is above INFO. The level Lambda sets (AWS_LAMBDA_LOG_LEVEL) is the
 import json
 import logging
 import os
-import sys
-from datetime import datetime
-from typing import TextIO
 
-from .. import clock
+from .. import clock, jsonlines
+from ..jsonlines import JsonLines
 from ..run import COUNTS, Summary
 
-
-def _text(value: object) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
-
-
-class JsonLines(logging.Formatter):
-    """One JSON object a record: level, logger, message, the invocation's request
-    id, and whatever the call put in `extra={"data": {...}}`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.request_id: str | None = None
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = {"level": record.levelname, "logger": record.name,
-                "message": record.getMessage(), "request_id": self.request_id}
-        line.update(getattr(record, "data", {}))
-        if record.exc_info:
-            line["error"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=_text)
-
-
-class _Stdout(logging.StreamHandler[TextIO]):
-    """Writes to whatever sys.stdout is at the time (the runtime, or a test, may swap it)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stdout
-        super().emit(record)
-
-
-_formatter = JsonLines()
+_formatter = JsonLines(level="level", request="request_id")
 
 # Lambda's application log levels (AWS_LAMBDA_LOG_LEVEL), as the logging module's.
 LAMBDA_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
@@ -65,30 +33,14 @@ def level() -> int:
 
 def setup(request_id: str | None) -> None:
     """Route the `drainer` loggers to JSON lines on stdout at the function's log
-    level (the handler once per process; with propagation on, Lambda's own root
-    handler would print each line again, in text)."""
+    level (the handler once per process)."""
     _formatter.request_id = request_id
-    root = logging.getLogger("drainer")
-    root.setLevel(level())
-    if not any(h.formatter is _formatter for h in root.handlers):
-        handler = _Stdout()
-        handler.setFormatter(_formatter)
-        root.addHandler(handler)
-        root.propagate = False
+    jsonlines.install(_formatter, level())
 
 
 def teardown() -> None:
-    """Undo `setup`: the `drainer` loggers propagate again, at no level of their own,
-    and nothing prints JSON lines (for tests, which read log records through the
-    root logger; see drainer.testing.reset)."""
-    root = logging.getLogger("drainer")
-    handlers = [h for h in root.handlers if h.formatter is _formatter]
-    for handler in handlers:
-        root.removeHandler(handler)
-    if handlers:
-        root.setLevel(logging.NOTSET)
-        root.propagate = True
-    _formatter.request_id = None
+    """Undo `setup` (for tests; see drainer.testing.reset)."""
+    jsonlines.uninstall(_formatter)
 
 
 def metric_line(summary: Summary, *, namespace: str, function: str, **fields: object) -> str:
@@ -107,7 +59,7 @@ def metric_line(summary: Summary, *, namespace: str, function: str, **fields: ob
         "seconds": round(summary.seconds, 3),
         **fields,
     }
-    return json.dumps(record, default=_text)
+    return json.dumps(record, default=jsonlines.as_text)
 
 
 def print_metrics(summary: Summary, *, namespace: str, function: str, **fields: object) -> bool:

@@ -13,9 +13,9 @@ they are checked here against the service's own patterns.
 
 import json
 import re
-from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from .. import wake
 from ..errors import ConfigError
 from ..wake import Next
 from . import clients, events
@@ -26,25 +26,10 @@ ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+")
 # Scheduler retries a delivery that failed (say, a throttled invoke) for a little
 # while; the backstop schedule covers anything older.
 RETRY = {"MaximumRetryAttempts": 3, "MaximumEventAgeInSeconds": 600}
-WAKE, LEASE = "wake-", "lease-"  # name prefixes: a queued job's run_at, a lease end
-MINUTE = "%Y%m%dT%H%MZ"
-
-
-def name_for(at: datetime, *, lease: bool = False) -> str:
-    return (LEASE if lease else WAKE) + _utc(at).strftime(MINUTE)
-
-
-def stale(names: Iterable[str], decision: Next) -> list[str]:
-    """The lease wake-ups among `names` that `decision` says are no longer needed."""
-    found = []
-    for name in (n for n in names if n.startswith(LEASE)):
-        try:
-            minute = datetime.strptime(name.removeprefix(LEASE), MINUTE).replace(tzinfo=UTC)
-        except ValueError:
-            continue  # someone else's schedule in the group: not ours to delete
-        if decision.stale(minute):
-            found.append(name)
-    return found
+WAKE, LEASE = wake.WAKE_PREFIX, wake.LEASE_PREFIX  # a queued job's run_at, a lease end
+name_for = wake.name_for
+stale = wake.stale
+MINUTE = wake.MINUTE
 
 
 def expression_for(at: datetime) -> str:
