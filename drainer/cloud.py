@@ -8,15 +8,17 @@ its `drainer.wake.after_run` decision are the same code.
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
 
 from . import clock
+from . import settings as s
 from .db import connect
-from .errors import AuthenticationFailed
+from .engine import session as engine_session
+from .errors import AuthenticationFailed, BadInput
 from .run import Options, Summary, drain
 from .storage import schema
 from .tasks import Handler
@@ -33,28 +35,82 @@ class Credentials(Protocol):
         """Drop a cached secret; True when there was one."""
 
 
-def connect_with(credentials: Credentials, *, prepare: bool, **options: Any
-                 ) -> psycopg.Connection:
-    """A connection (`options`: drainer.db.connect's); when the server refuses a
-    cached secret (it may have been rotated), one more try with the secret read again."""
+@dataclass(frozen=True)
+class FunctionSettings:
+    """What every cloud function's settings hold: its database credentials, the
+    drain's settings, prepared statements, the statement timeout, the safety margin
+    kept back from its time, and how many continuations may follow in a row."""
+
+    credentials: Credentials
+    drain: s.Drain = field(default_factory=s.Drain)
+    prepare: bool = True
+    connect_timeout: float = s.DEFAULT_CONNECT_TIMEOUT  # seconds, across attempts
+    statement_timeout: timedelta = timedelta(seconds=s.DEFAULT_STATEMENT_TIMEOUT)
+    margin: float = s.DEFAULT_STATEMENT_TIMEOUT + s.BATCH_ALLOWANCE + s.INVOKE_ALLOWANCE
+    max_depth: int = s.DEFAULT_MAX_DEPTH
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.drain.lease)
+
+    @staticmethod
+    def common_from_env() -> dict[str, Any]:
+        """The fields above but the credentials, from the environment, read the same
+        way by every function; ConfigError names a bad variable."""
+        timeout = s.STATEMENT_TIMEOUT.resolve()
+        margin = s.SAFETY_MARGIN.resolve()
+        return {
+            "drain": s.Drain.resolve(),
+            "prepare": not s.NO_PREPARE.resolve(),
+            "connect_timeout": s.CONNECT_TIMEOUT.resolve(),
+            "statement_timeout": timedelta(seconds=timeout),
+            # The deadline keeps back one statement timeout (the last writes and
+            # next_due), a batch's overrun, and the continuation or wake-up call.
+            "margin": (timeout + s.BATCH_ALLOWANCE + s.INVOKE_ALLOWANCE
+                       if margin is None else margin),
+            "max_depth": s.MAX_DEPTH.resolve(),
+        }
+
+
+def continuation_depth(value: object) -> int:
+    """A continuation's depth from its event, or BadInput."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadInput(f"a continuation needs a depth of 1 or more, not {value!r}")
+    return value
+
+
+def open_session(settings: FunctionSettings, **options: Any) -> psycopg.Connection:
+    """A connection (`options`: drainer.db.connect's, the statement timeout the
+    settings' unless given); when the server refuses a cached secret (it may have
+    been rotated), one more try with the secret read again."""
+    options.setdefault("statement_timeout", settings.statement_timeout)
 
     def attempt() -> psycopg.Connection:
-        return connect(credentials.conninfo(), prepare=prepare, **options)
+        return connect(settings.credentials.conninfo(), prepare=settings.prepare, **options)
 
     try:
         return attempt()
     except AuthenticationFailed:
-        if not credentials.forget():
+        if not settings.credentials.forget():
             raise
         log.info("the database refused the cached secret; reading the secret again")
         return attempt()
 
 
-def migrate(conn: psycopg.Connection) -> dict[str, object]:
-    """Apply the schema's migrations on `conn` (with no statement timeout: building an
-    index on a big hand-made table may take longer than a drain's)."""
-    applied = schema.migrate(conn)
-    version = schema.version(conn)
+def first_session(settings: FunctionSettings, deadline: float) -> psycopg.Connection:
+    """A drain's first connection, waiting for a database that is resuming
+    (DRAINER_CONNECT_TIMEOUT), never past the run's deadline."""
+    return engine_session.first_session(
+        lambda within: open_session(settings, connect_timeout=within),
+        settings.connect_timeout, deadline)
+
+
+def migrate(settings: FunctionSettings) -> dict[str, object]:
+    """Apply the schema's migrations (with no statement timeout: building an index
+    on a big hand-made table may take longer than a drain's)."""
+    with open_session(settings, statement_timeout=None) as conn:
+        applied = schema.migrate(conn)
+        version = schema.version(conn)
     log.info("schema at version %d", version,
              extra={"data": {"event": "migrated", "version": version, "applied": applied}})
     return {"version": version, "applied": applied}
@@ -123,3 +179,20 @@ def drains(session: Callable[[], psycopg.Connection],
         log.info("waiting until %s", decision.at.isoformat(),
                  extra={"data": {"event": "wait", "at": decision.at}})
         clock.sleep((decision.at - now).total_seconds())
+
+
+def prune_logged(prune: Callable[[], list[str]], failures: tuple[type[Exception], ...]
+                 ) -> list[str]:
+    """`prune()`, which deletes the stale lease wake-ups and returns their names,
+    logged. A failure among `failures` is logged, not raised: a stale wake-up costs
+    one run that finds nothing."""
+    try:
+        pruned = prune()
+    except failures as exc:
+        log.error("could not delete stale lease wake-ups: %s", exc,
+                  extra={"data": {"event": "prune_failed"}})
+        return []
+    if pruned:
+        log.info("deleted %d stale lease wake-ups", len(pruned),
+                 extra={"data": {"event": "pruned", "names": pruned}})
+    return pruned

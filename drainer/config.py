@@ -44,6 +44,18 @@ def database_url(flag: str | None) -> str | None:
     return None
 
 
+def function_url(secret: str | None, secret_variable: str) -> str | None:
+    """A cloud function's database URL when its secret (set by `secret_variable`)
+    is not given, None when it is; ConfigError when neither names a database."""
+    if secret:
+        return None
+    url = database_url(None)
+    if url is None:
+        raise ConfigError("no database configured: set DATABASE_URL (or DRAINER_DATABASE_URL) "
+                          f"or {secret_variable} in the function's environment")
+    return url
+
+
 def resolve_database(flag: str | None, *, force_embedded: bool = False) -> Database:
     """The database to use; starts (and migrates) the embedded one when none is named."""
     url = None if force_embedded else database_url(flag)

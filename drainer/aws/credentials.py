@@ -33,11 +33,7 @@ class Credentials:
     def from_env(cls) -> "Credentials":
         """The function's configuration, or ConfigError when nothing names a database."""
         secret_arn = settings.DATABASE_SECRET_ARN.resolve()
-        url = None if secret_arn else config.database_url(None)
-        if secret_arn is None and url is None:
-            raise ConfigError(
-                "no database configured: set DATABASE_URL (or DRAINER_DATABASE_URL) or "
-                "DRAINER_DATABASE_SECRET_ARN in the function's environment")
+        url = config.function_url(secret_arn, settings.DATABASE_SECRET_ARN.env)
         return cls(url=url, secret_arn=secret_arn,
                    iam=settings.DATABASE_IAM_AUTH.resolve(),
                    secret_ttl=settings.SECRET_TTL.resolve())

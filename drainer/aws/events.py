@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, TypedDict
 
+from .. import cloud
 from ..errors import BadInput
 
 Kind = Literal["cron", "enqueue", "continue", "wake", "migrate", "fanout"]
@@ -83,9 +84,7 @@ def recognise(event: object) -> Trigger:
         fleet, ticket = _member(fields, required=True)
         return Trigger(kind, fleet=fleet, ticket=ticket)
     if kind == "continue":
-        depth = fields.get("depth")
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-            raise BadInput(f"a continuation needs a depth of 1 or more, not {depth!r}")
+        depth = cloud.continuation_depth(fields.get("depth"))
         fleet, ticket = _member(fields, required=False)
         return Trigger(kind, depth=depth, fleet=fleet, ticket=ticket)
     queue = fields.get("queue")

@@ -12,10 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-
 from .. import clock, cloud
-from ..engine.session import first_session
 from ..errors import ConfigError, DrainerError, redact
 from ..run import Summary
 from ..tasks import select
@@ -37,29 +34,12 @@ def run_lambda(event: Any, context: Any) -> dict[str, object]:
         settings = Settings.from_env()
         trigger = events.recognise(event)
         if trigger.kind == "migrate":
-            return _migrate(settings)
+            return cloud.migrate(settings)
         return _drain(trigger, context, settings)
     except DrainerError as exc:
         message = redact(str(exc))
         log.error(message, extra={"data": {"event": "error", "exit_code": exc.exit_code}})
         raise type(exc)(message) from None
-
-
-def _connect(settings: Settings, **options: Any) -> psycopg.Connection:
-    options.setdefault("statement_timeout", settings.statement_timeout)
-    return cloud.connect_with(settings.credentials, prepare=settings.prepare, **options)
-
-
-def _first_session(settings: Settings, deadline: float) -> psycopg.Connection:
-    """A drain's connection, waiting for a database that is resuming
-    (DRAINER_CONNECT_TIMEOUT), never past the run's deadline."""
-    return first_session(lambda within: _connect(settings, connect_timeout=within),
-                         settings.connect_timeout, deadline)
-
-
-def _migrate(settings: Settings) -> dict[str, object]:
-    with _connect(settings, statement_timeout=None) as conn:
-        return cloud.migrate(conn)
 
 
 def _deadline(context: Any, margin: float) -> float:
@@ -81,8 +61,8 @@ def _drain(trigger: Trigger, context: Any, settings: Settings) -> dict[str, obje
         "queue": trigger.queue}})
     member = Member(settings, trigger, queues, handlers, context.invoked_function_arn, deadline)
     ran = cloud.drains(
-        lambda: _first_session(settings, deadline), lambda: _connect(settings), handlers,
-        settings.options(queues, deadline), depth=trigger.depth,
+        lambda: cloud.first_session(settings, deadline), lambda: cloud.open_session(settings),
+        handlers, settings.options(queues, deadline), depth=trigger.depth,
         max_depth=settings.max_depth, on_claim=lambda: _arm_switch(context, settings),
         member=member)
     if ran.decision is None:  # a fan-out's member the fleet no longer needed
@@ -180,13 +160,6 @@ def _prune(decision: Next, settings: Settings) -> list[str]:
         return []
     from botocore.exceptions import BotoCoreError, ClientError
 
-    try:
-        pruned = schedule.prune(decision, group=settings.schedule_group)
-    except (BotoCoreError, ClientError) as exc:
-        log.error("could not delete stale lease wake-ups: %s", exc,
-                  extra={"data": {"event": "prune_failed"}})
-        return []
-    if pruned:
-        log.info("deleted %d stale lease wake-ups", len(pruned),
-                 extra={"data": {"event": "pruned", "names": pruned}})
-    return pruned
+    group = settings.schedule_group
+    return cloud.prune_logged(lambda: schedule.prune(decision, group=group),
+                              (BotoCoreError, ClientError))

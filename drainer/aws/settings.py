@@ -8,23 +8,17 @@ DRAINER_VERBOSE), read the same way, as are DRAINER_CONNECT_TIMEOUT and the wide
 function's own.
 """
 
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 
+from .. import cloud
 from .. import settings as s
 from ..run import Options
 from .credentials import Credentials
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(cloud.FunctionSettings):
     credentials: Credentials
-    drain: s.Drain = field(default_factory=s.Drain)
-    prepare: bool = True
-    connect_timeout: float = s.DEFAULT_CONNECT_TIMEOUT  # seconds, across attempts
-    statement_timeout: timedelta = timedelta(seconds=s.DEFAULT_STATEMENT_TIMEOUT)
-    margin: float = s.DEFAULT_STATEMENT_TIMEOUT + s.BATCH_ALLOWANCE + s.INVOKE_ALLOWANCE
-    max_depth: int = s.DEFAULT_MAX_DEPTH
     schedule_group: str | None = None
     scheduler_role_arn: str | None = None
     namespace: str = "drainer"
@@ -47,25 +41,12 @@ class Settings:
     def queues(self) -> list[str]:
         return self.drain.queues
 
-    @property
-    def lease(self) -> timedelta:
-        return timedelta(seconds=self.drain.lease)
-
     @classmethod
     def from_env(cls) -> "Settings":
         """Every setting from the environment; ConfigError names a bad variable."""
-        timeout = s.STATEMENT_TIMEOUT.resolve()
-        margin = s.SAFETY_MARGIN.resolve()
         return cls(
             credentials=Credentials.from_env(),
-            drain=s.Drain.resolve(),
-            prepare=not s.NO_PREPARE.resolve(),
-            connect_timeout=s.CONNECT_TIMEOUT.resolve(),
-            statement_timeout=timedelta(seconds=timeout),
-            # The deadline keeps back one statement timeout (the last writes and
-            # next_due), a batch's overrun, and the continuation or schedule call.
-            margin=timeout + s.BATCH_ALLOWANCE + s.INVOKE_ALLOWANCE if margin is None else margin,
-            max_depth=s.MAX_DEPTH.resolve(),
+            **cls.common_from_env(),
             schedule_group=s.SCHEDULE_GROUP.resolve(),
             scheduler_role_arn=s.SCHEDULER_ROLE_ARN.resolve(),
             namespace=s.METRICS_NAMESPACE.resolve(),
