@@ -42,6 +42,7 @@ DEFAULT_MAX_DEPTH = defaults.MAX_DEPTH
 DEFAULT_CONNECT_TIMEOUT = defaults.CONNECT_TIMEOUT
 DEFAULT_HTTP_WINDOW = defaults.HTTP_WINDOW
 DEFAULT_HTTP_MAX_RUNTIME = defaults.HTTP_MAX_RUNTIME
+DEFAULT_FUNCTION_TIMEOUT = 60.0  # seconds: a Cloud Run function's own default timeout
 BATCH_ALLOWANCE = 5.0  # seconds a batch may overrun the handler-time estimate
 INVOKE_ALLOWANCE = 5.0  # seconds for the continuation call or the schedule (client timeouts)
 
@@ -310,6 +311,12 @@ METRICS_NAMESPACE = Setting("metrics-namespace", text, "drainer")
 DATABASE_SECRET_ARN = Setting[str | None]("database-secret-arn", text, None)
 DATABASE_IAM_AUTH = Setting("database-iam-auth", flag, False)
 SECRET_TTL = Setting("secret-ttl", nonnegative_seconds, DEFAULT_SECRET_TTL)
+# Google Cloud's function only (infra/gcp/README.md).
+FUNCTION_TIMEOUT = Setting("function-timeout", positive_seconds, DEFAULT_FUNCTION_TIMEOUT)
+DATABASE_SECRET = Setting[str | None]("database-secret", text, None)
+TASKS_QUEUE = Setting[str | None]("tasks-queue", text, None)
+WAKE_URL = Setting[str | None]("wake-url", text, None)
+TASKS_SERVICE_ACCOUNT = Setting[str | None]("tasks-service-account", text, None)
 
 # The HTTP entry point only, from its environment (drainer.http; README "Any platform
 # that can call a URL"). With neither a secret nor a token it refuses every request.

@@ -66,27 +66,27 @@ if TYPE_CHECKING:
     from .embedded import Cluster
 
 
+# What each cloud module keeps per process, and the call that drops it. A module holds
+# state only once imported: one that is not has nothing to drop, and importing it here
+# would only cost time.
+_PROCESS_STATE = (
+    ("drainer.aws.kick", "cancel_all"),  # pending kicks
+    ("drainer.aws.clients", "clear"),
+    ("drainer.aws.credentials", "forget_secrets"),
+    ("drainer.aws.logs", "teardown"),
+    ("drainer.gcp.clients", "clear"),
+    ("drainer.gcp.credentials", "forget_secrets"),
+    ("drainer.gcp.logs", "teardown"),
+)
+
+
 def reset() -> None:
     """Drop drainer's per-process state: cancel pending kicks, forget clients and
-    secrets, remove the Lambda log handler, end idle handler threads."""
-    # The AWS modules hold state only once imported: one that is not has nothing to
-    # drop, and importing it here would only cost time.
-    if "drainer.aws.kick" in sys.modules:
-        from .aws import kick
-
-        kick.cancel_all()
-    if "drainer.aws.clients" in sys.modules:
-        from .aws import clients
-
-        clients.clear()
-    if "drainer.aws.credentials" in sys.modules:
-        from .aws import credentials
-
-        credentials.forget_secrets()
-    if "drainer.aws.logs" in sys.modules:
-        from .aws import logs
-
-        logs.teardown()
+    secrets, remove the cloud functions' log handlers, end idle handler threads."""
+    for name, drop in _PROCESS_STATE:
+        module = sys.modules.get(name)
+        if module is not None:
+            getattr(module, drop)()
     clock.end_threads()
 
 
