@@ -4,6 +4,7 @@ way of waiting for work, and print what each cost (and the ideal).
     python -m bench.simulate [--day bench/day.json] [--timeout 5 --timeout 10]
                              [--chart docs/waiting-costs.png | --no-chart]
                              [--database-url URL]
+    python -m bench.simulate --faults [--fault-rate 0.01 ...] [--backstop 60 ...]
 
 Every strategy drains with drainer's own code on a real PostgreSQL: a throwaway
 cluster of the embedded binaries unless --database-url names a database (its jobs
@@ -14,6 +15,12 @@ The table is Markdown (docs/waiting-costs.md shows it). The chart needs the `ben
 checks that every strategy ran each slot of the day once, at or after its time
 (exit 1 if not), and prints what one schedule alone costs ours on an otherwise
 empty day, per expression in SCHEDULE_COSTS.
+
+With --faults it replays ours instead, at the first suspend timeout, once per
+backstop period and fault rate (FAULT_BACKSTOPS, FAULT_RATES): at rate r each kick
+is lost, each run dies at its first job and each wake-up fails to arm with
+probability r, and the database restarts at RESTART_AT (bench/simulator/faults.py).
+The draws are fixed, so a replay gives the same figures every time.
 """
 
 import argparse
@@ -21,14 +28,15 @@ import contextlib
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from bench.simulator import day as days
 from bench.simulator.database import Database
+from bench.simulator.faults import Faults
 from bench.simulator.metrics import Result, ideal, percentile, replay, slot_problems, woken_slots
-from bench.simulator.strategies import Ours, strategies
+from bench.simulator.strategies import BACKSTOP_MINUTES, Ours, strategies
 from bench.speed.pg import Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +44,10 @@ CHART = ROOT / "docs" / "waiting-costs.png"
 FLOOR = 0.1  # seconds: the chart's lowest latency
 # One schedule alone on an otherwise empty day, each slot's job 1 s: what it costs.
 SCHEDULE_COSTS = ("0 3 * * *", "0 * * * *", "*/15 * * * *", "*/10 * * * *", "*/5 * * * *")
+FAULT_RATES = (0.0, 0.001, 0.01, 0.05, 0.2)
+FAULT_BACKSTOPS: tuple[float | None, ...] = (None, BACKSTOP_MINUTES, 60.0, 15.0)  # minutes
+RESTART_AT = "08:45"  # in the day's busiest burst
+LATE = 60.0  # seconds: a start later than this missed its kick or its wake-up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.simulate: cannot read the day {args.day}: {exc}", file=sys.stderr)
         return 2
     timeouts = args.timeout or list(day.model.suspend_timeouts_minutes)
+    if args.faults:
+        with database(args.database_url) as db:
+            swept = sweep(day, timeouts[0], db, args.fault_rate or FAULT_RATES,
+                          args.backstop or FAULT_BACKSTOPS)
+            backoff = db.backoff
+        print(parameters(day, args.day))
+        print()
+        print(faults_table(day, timeouts[0], swept, backoff))
+        return 0
     with database(args.database_url) as db:
         results = replay_all(day, timeouts, db)
         backoff = db.backoff
@@ -88,6 +109,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="print the table only")
     parser.add_argument("--database-url", metavar="URL",
                         help="a database to replay on (default: a throwaway cluster's)")
+    parser.add_argument("--faults", action="store_true",
+                        help="replay ours with faults instead: a table per backstop period "
+                             "and fault rate, at the first suspend timeout")
+    parser.add_argument("--fault-rate", type=float, action="append", metavar="SHARE",
+                        help="with --faults: a rate to replay; repeatable "
+                             f"(default: {', '.join(f'{r:g}' for r in FAULT_RATES)})")
+    parser.add_argument("--backstop", type=float, action="append", metavar="MINUTES",
+                        help="with --faults: a backstop period, 0 for none; repeatable "
+                             "(default: none, 6 h, 1 h, 15 min)")
     return parser.parse_args(argv)
 
 
@@ -133,6 +163,44 @@ def schedule_costs(day: days.Day, timeouts: list[float], db: Database
         alone = replace(day, enqueues=[], schedules=[days.Periodic("alone", cron)])
         found.append((alone, {t: replay(alone, t, Ours(backstop=None), db) for t in timeouts}))
     return found
+
+
+def sweep(day: days.Day, timeout: float, db: Database, rates: Sequence[float],
+          backstops: Sequence[float | None]) -> list[tuple[float, Result]]:
+    """Ours at every backstop period (0 or None: none) and fault rate; the restart
+    only on a day that reaches its time."""
+    at = days.clock(RESTART_AT)
+    restart = (at,) if at < day.seconds else ()
+    return [(rate, replay(day, timeout, Ours(backstop=backstop or None), db,
+                          Faults.at_rate(rate, restarts=restart)))
+            for backstop in backstops for rate in rates]
+
+
+def faults_table(day: days.Day, timeout: float, rows: list[tuple[float, Result]],
+                 backoff: list[float]) -> str:
+    """What each backstop period costs and how late jobs start, per fault rate."""
+    awake, bursts = ideal(day, timeout, backoff)
+    lines = [
+        f"Ours with faults, suspend timeout {timeout:g} min; ideal {awake:.2f} h awake in "
+        f"{bursts} bursts. At rate r each kick is lost, each run dies at its first job and "
+        f"each wake-up fails to arm with probability r; above 0 the database also restarts "
+        f"at {RESTART_AT}. *Wait*: from a job's commit, or its run_at, to its start.",
+        "",
+        "| strategy | fault rate | awake h | × ideal | resumes | invocations | wait p50 "
+        "| wait p99 | wait max | late > 1 min | unfinished | kicks lost | runs died "
+        "| arms failed |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for rate, r in rows:
+        starts = r.starts
+        cells = [r.strategy, f"{100 * rate:g} %", f"{r.awake_hours:.2f}",
+                 f"{r.awake_hours / awake:.2f}", str(r.resumes), str(r.invocations),
+                 *(duration(percentile(starts, q)) for q in (0.5, 0.99, 1.0)),
+                 str(sum(s > LATE for s in starts)), str(r.unfinished),
+                 *(str(r.injected.get(k, 0)) for k in ("lost_kicks", "dead_runs",
+                                                       "failed_arms"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def parameters(day: days.Day, path: Path) -> str:

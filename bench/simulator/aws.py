@@ -18,8 +18,10 @@ from drainer import clock, cloud
 from drainer.aws import clients, events, function
 from drainer.aws.credentials import Credentials
 from drainer.aws.settings import Settings
+from drainer.errors import DrainerError
 from drainer.settings import Drain
 
+from .faults import Draws
 from .kernel import Kernel, replaced
 
 ACCOUNT = "123456789012"
@@ -46,10 +48,10 @@ class Context:
 
 class Scheduler:
     """One schedule group's one-time schedules; a name arms once until it fires or
-    is deleted."""
+    is deleted. A create struck by a fault is refused (ThrottlingException)."""
 
-    def __init__(self, kernel: Kernel, invoke: Callable[[dict], None]) -> None:
-        self.kernel, self.invoke = kernel, invoke
+    def __init__(self, kernel: Kernel, invoke: Callable[[dict], None], draws: Draws) -> None:
+        self.kernel, self.invoke, self.draws = kernel, invoke, draws
         self.armed: dict[str, object] = {}  # name -> the token of its firing
         self.fired: list[float] = []  # when each wake-up fired, on the virtual clock
 
@@ -57,6 +59,8 @@ class Scheduler:
                         **_: object) -> None:
         if Name in self.armed:
             raise _error("ConflictException", "CreateSchedule")
+        if self.draws.hit("failed_arms"):
+            raise _error("ThrottlingException", "CreateSchedule")
         token = self.armed[Name] = object()
         at = datetime.fromisoformat(AT.fullmatch(ScheduleExpression)[1]).replace(tzinfo=UTC)
         event = json.loads(Target["Input"])
@@ -83,28 +87,45 @@ class Scheduler:
 
 class Lambda:
     """The function: each invoke is a run of `drainer.aws.function` on its own
-    simulated thread, `invoke` seconds later."""
+    simulated thread (and the threads it starts, its group), `invoke` seconds later.
+    A kick struck by a fault never arrives; a run struck by one dies at its first
+    job (`before_job`)."""
 
     def __init__(self, kernel: Kernel, settings: Settings, *, invoke: float,
-                 timeout: float) -> None:
-        self.kernel, self.settings = kernel, settings
+                 timeout: float, draws: Draws) -> None:
+        self.kernel, self.settings, self.draws = kernel, settings, draws
         self.invoke_seconds, self.timeout = invoke, timeout
-        self.scheduler = Scheduler(kernel, self.invoke)
+        self.scheduler = Scheduler(kernel, self.invoke, draws)
         self.invocations = 0
+        self.failed = 0  # runs that ended with an error (the database gone too long)
         self.seconds = 0.0  # time runs took
+        self.doomed: dict[int, float] = {}  # group -> when its run began
 
     def invoke(self, event: dict) -> None:
+        if event.get("source") == events.ENQUEUE and self.draws.hit("lost_kicks"):
+            return
         self.invocations += 1
         self.kernel.call_at(self.kernel.now + self.invoke_seconds,
                             lambda: self.kernel.spawn(self._run, event))
 
     def _run(self, event: dict) -> None:
         began = self.kernel.now
+        if self.draws.hit("dead_runs"):
+            self.doomed[self.kernel.group()] = began
         try:
             function._drain(events.recognise(event), Context(began + self.timeout),
                             self.settings)
+        except DrainerError:
+            self.failed += 1  # a failed invocation; the jobs are in the table
         finally:
             self.seconds += self.kernel.now - began
+
+    def before_job(self) -> None:
+        """Where a doomed run dies: its first job, once it holds the batch."""
+        began = self.doomed.pop(self.kernel.group(), None)
+        if began is not None:
+            self.seconds += self.kernel.now - began
+            self.kernel.kill()
 
     @contextmanager
     def installed(self, connect: Callable[..., object]) -> Iterator[None]:

@@ -32,8 +32,9 @@ class Compute:
         self.last_change = float("-inf")
         self.awake_seconds = 0.0
         self.resumes = 0
-        self.epoch = 0  # bumped by each suspension: connections older than it are gone
-        self.on_suspend: list[Callable[[], None]] = []
+        self.epoch = 0  # bumped by each suspension or restart: older connections are gone
+        self.restarts = 0
+        self.on_drop: list[Callable[[], None]] = []  # called as connections are dropped
         self._check_armed = False
 
     def available(self) -> float:
@@ -61,8 +62,23 @@ class Compute:
             return
         self.awake_seconds += self.kernel.now - self.awake_since
         self.awake_since = None
+        self._drop()
+
+    def restart(self, seconds: float) -> None:
+        """The database restarts, awake: every connection dropped, and none accepted
+        for `seconds`."""
+        self.restarts += 1
+        self.ready_at = max(self.ready_at, self.kernel.now + seconds)
+        self.change(self.ready_at)
+        self._drop()
+
+    @property
+    def suspensions(self) -> int:
+        return self.epoch - self.restarts
+
+    def _drop(self) -> None:
         self.epoch += 1
-        for listener in self.on_suspend:
+        for listener in self.on_drop:
             listener()
 
     def awake_until(self, end: float) -> float:
@@ -124,12 +140,16 @@ class Connection(psycopg.Connection):
 
     session: Session | None = None  # None: in its pool
     pool: list["Connection"]
+    cut = False  # its server session was cut (a restart): never back to the pool
 
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
             self.session = None
-            self.pool.append(self)
+            if self.cut or self.broken:
+                super().close()
+            else:
+                self.pool.append(self)
 
     def discard(self) -> None:
         super().close()

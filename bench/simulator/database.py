@@ -45,8 +45,21 @@ class Database:
         self.connections.append(conn)
         return conn
 
+    def restart(self) -> None:
+        """Cut every session but the observer's, as a restart of the server does:
+        each connection fails at its next statement, and is never reused."""
+        self.observer.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        for conn in self.connections:
+            conn.cut = True
+        self.idle.clear()
+
     def reset(self) -> None:
         """An empty table, and every connection idle (a replay ends with some open)."""
+        for conn in [c for c in self.connections if c.cut or c.closed]:
+            conn.discard()
+            self.connections.remove(conn)
         for conn in self.connections:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.rollback()

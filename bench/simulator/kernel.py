@@ -42,8 +42,8 @@ class _Wake:
 class _Thread:
     """A real thread that runs only while the kernel has handed it the turn."""
 
-    def __init__(self, kernel: "Kernel", fn: Callable[[], object]) -> None:
-        self.kernel, self.fn = kernel, fn
+    def __init__(self, kernel: "Kernel", fn: Callable[[], object], group: int) -> None:
+        self.kernel, self.fn, self.group = kernel, fn, group
         self.turn = threading.Semaphore(0)
         self.waiting: _Wake | None = None
         self.thread = threading.Thread(target=self._main, daemon=True, name="simulated")
@@ -54,7 +54,7 @@ class _Thread:
         self.turn.acquire()
         kernel.local.thread = self
         try:
-            if not kernel.stopping:
+            if not kernel.stopping and self.group not in kernel.dead:
                 self.fn()
         except Stopped:
             pass
@@ -65,13 +65,18 @@ class _Thread:
             kernel.yielded.release()
 
     def park(self, wake: _Wake) -> None:
-        """Give the turn back until `wake` fires."""
-        self.waiting = wake
-        self.kernel.yielded.release()
-        self.turn.acquire()
-        self.waiting = None
-        if self.kernel.stopping:
-            raise Stopped
+        """Give the turn back until `wake` fires; a thread whose group died meanwhile
+        waits on, for nothing, until the replay ends."""
+        while True:
+            self.waiting = wake
+            self.kernel.yielded.release()
+            self.turn.acquire()
+            self.waiting = None
+            if self.kernel.stopping:
+                raise Stopped
+            if self.group not in self.kernel.dead:
+                return
+            wake = _Wake(self.kernel, self)  # fired by nothing but the replay's end
 
 
 class Event:
@@ -125,6 +130,8 @@ class Kernel:
         self.local = threading.local()
         self.stopping = False
         self.failure: BaseException | None = None
+        self.groups = itertools.count(1)  # a thread's group: its spawner's, or a new one
+        self.dead: set[int] = set()
 
     def call_at(self, moment: float, action: Callable[[], None]) -> None:
         """`action()` on the kernel's own thread at `moment`; it must not wait."""
@@ -132,8 +139,11 @@ class Kernel:
             heapq.heappush(self.timers, (max(moment, self.now), next(self.order), action))
 
     def spawn(self, fn: Callable[..., object], *args: object) -> None:
-        """`fn(*args)` on a new simulated thread, from now."""
-        thread = _Thread(self, lambda: fn(*args))
+        """`fn(*args)` on a new simulated thread, from now, in the spawning thread's
+        group (a new group when the kernel's timers spawn it)."""
+        parent = getattr(self.local, "thread", None)
+        group = parent.group if parent is not None else next(self.groups)
+        thread = _Thread(self, lambda: fn(*args), group)
         self.live.add(thread)
         self.ready.append(thread)
 
@@ -160,6 +170,17 @@ class Kernel:
 
     def sleep(self, seconds: float) -> None:
         self.block(seconds)
+
+    def group(self) -> int:
+        """The calling simulated thread's group."""
+        group: int = self.local.thread.group
+        return group
+
+    def kill(self) -> None:
+        """Kill the calling thread's group, as a process dies: each of its threads
+        stops where it waits, or where it is, and never runs again."""
+        self.dead.add(self.group())
+        self.block(None)
 
     def database_now(self) -> datetime:
         return self.start + timedelta(seconds=self.now)

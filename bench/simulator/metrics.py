@@ -2,11 +2,12 @@
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .database import Database
 from .day import Day
-from .strategies import Strategy, World
+from .faults import Faults
+from .strategies import NO_FAULTS, Strategy, World
 
 
 @dataclass(frozen=True)
@@ -24,15 +25,22 @@ class Result:
     # Each run of a slot job of the day (not the next's): schedule, slot, start.
     slot_starts: list[tuple[str, float, float]]
     wake_ups: list[float] | None  # when ours's wake-ups fired (None: not ours)
+    injected: dict[str, int] = field(default_factory=dict)  # faults, by kind
+
+    @property
+    def starts(self) -> list[float]:
+        """Every attempt's wait: from commit for a first attempt ready at enqueue,
+        from its run_at for the others."""
+        return self.latency + self.lateness
 
     @property
     def slot_lateness(self) -> list[float]:
         return [started - slot for _, slot, started in self.slot_starts]
 
 
-def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Database
-           ) -> Result:
-    world = World(day, timeout_minutes, strategy, database)
+def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Database,
+           faults: Faults = NO_FAULTS) -> Result:
+    world = World(day, timeout_minutes, strategy, database, faults)
     world.run()
     latency, lateness = [], []
     for spec_id, starts in world.starts.items():
@@ -44,7 +52,7 @@ def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Datab
         timeout_minutes=timeout_minutes,
         awake_hours=world.compute.awake_until(day.seconds) / 3600,
         resumes=world.compute.resumes,
-        suspensions=world.compute.epoch,
+        suspensions=world.compute.suspensions,
         invocations=None if strategy.always_on else world.invocations,
         worker_hours=world.worker_seconds / 3600,
         latency=latency,
@@ -52,6 +60,7 @@ def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Datab
         unfinished=database.unfinished(day.at(day.seconds)),
         slot_starts=[run for run in world.slot_starts if run[1] < day.seconds],
         wake_ups=world.wake_ups,
+        injected=dict(world.draws.counts),
     )
 
 

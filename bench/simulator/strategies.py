@@ -16,7 +16,7 @@ import io
 import itertools
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -31,11 +31,13 @@ from . import aws, work
 from .compute import Compute, Connection, Session
 from .database import Database
 from .day import Day, Slot, Spec
+from .faults import Faults
 from .kernel import Kernel
 
 BACKSTOP_MINUTES = 360.0  # infra/template.yaml's default BackstopRate, rate(6 hours)
 HANDLERS = {work.QUEUE: work.run}
 _replays = itertools.count()
+NO_FAULTS = Faults()
 
 
 class SimulatedFailure(Exception):
@@ -46,8 +48,11 @@ class World:
     """One strategy's replay of the day: its compute, the database and the producer."""
 
     def __init__(self, day: Day, timeout_minutes: float, strategy: "Strategy",
-                 database: Database) -> None:
+                 database: Database, faults: Faults = NO_FAULTS) -> None:
         self.day = day
+        self.faults = faults
+        self.draws = faults.draws()
+        self.before_job: Callable[[], None] = lambda: None  # a fault's hook: Lambda's
         self.model = day.model
         self.kernel = Kernel(day.start)
         self.compute = Compute(self.kernel, timeout=60 * timeout_minutes,
@@ -84,6 +89,7 @@ class World:
     def handle(self, job: Job) -> None:
         """A job's attempt: recorded with its run_at, as long as its spec (or its
         schedule) says."""
+        self.before_job()
         slot = slot_of(job)
         if slot is not None:
             self._run_slot(*slot)
@@ -119,6 +125,8 @@ class World:
             self.database.sync(list(declared.values()),
                                self.day.start - timedelta(seconds=1))
         self.kernel.spawn(self._produce)
+        for moment in self.faults.restarts:
+            self.kernel.call_at(moment, self._restart)
         with self._installed():
             self.strategy.start(self)
             try:
@@ -127,6 +135,15 @@ class World:
                 self.kernel.stop()
         if self.strategy.always_on:
             self.worker_seconds = self.day.seconds
+
+    def _restart(self) -> None:
+        """The database restarts: every session cut now, no connection accepted for
+        a while. A suspended compute has no session to cut."""
+        if self.compute.awake_since is None:
+            return
+        self.draws.counts["restarts"] = self.draws.counts.get("restarts", 0) + 1
+        self.database.restart()
+        self.compute.restart(self.faults.restart_seconds)
 
     @contextlib.contextmanager
     def _installed(self) -> Iterator[None]:
@@ -238,7 +255,7 @@ class Listen(Strategy):
         return f"LISTEN + poll every {self.fallback / 60:g} min"
 
     def start(self, world: World) -> None:
-        world.compute.on_suspend.append(lambda: self._wake(dropped=True))
+        world.compute.on_drop.append(lambda: self._wake(dropped=True))
         world.kernel.spawn(self.worker, world)
 
     def _wake(self, dropped: bool = False) -> None:
@@ -329,7 +346,9 @@ class Ours(Strategy):
                                 lease=model.lease, concurrency=model.concurrency,
                                 margin=model.margin, max_depth=model.max_depth)
         function = self.function = aws.Lambda(world.kernel, settings, invoke=model.invoke,
-                                              timeout=model.function_timeout)
+                                              timeout=model.function_timeout,
+                                              draws=world.draws)
+        world.before_job = function.before_job
         # A name of its own: the coalescer remembers its last kick per function name.
         self.kicker = Kicker(f"{aws.FUNCTION_ARN}-{next(_replays)}",
                              interval=model.kick_coalesce)
