@@ -11,6 +11,7 @@ users enable for their own tests: one implementation for both.
 
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -173,3 +174,14 @@ def proxy(server: testing.Server) -> Iterator[Proxy]:
     relay = Proxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)).start()
     yield relay
     relay.stop()
+
+
+@pytest.fixture
+def replays(db_url: str) -> Iterator[Any]:
+    """The simulator's database on the test's own (tests/test_simulate*.py): each
+    replay empties it first."""
+    from bench.simulator.database import Database
+
+    db = Database(db_url)
+    yield db
+    db.close()

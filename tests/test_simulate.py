@@ -10,7 +10,6 @@ import pytest
 
 import bench.simulate
 from bench.simulate import main
-from bench.simulator.database import Database
 from bench.simulator.day import parse
 from bench.simulator.kernel import Kernel
 from bench.simulator.metrics import ideal, percentile, replay, slot_problems, woken_slots
@@ -27,36 +26,24 @@ from drainer import clock, cloud
 from drainer.run import Sizer
 from drainer.wake import Next
 from tests.helpers import unavailable
+from tests.simulated import BURST, TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 5  # minutes
 QUIET = {"hours": 3}
-BURST = {  # one burst, shorter than an hour so no backstop tick falls in it
-    "hours": 0.8, "seed": 1, "failing_share": 0.2,
-    "duration": {"median": 0.2, "sigma": 0.5, "max": 5},
-    "bursts": [{"at": "00:05", "minutes": 5, "jobs": 60}],
-}
 HOURLY = {"name": "hourly", "cron": "0 * * * *", "seconds": 2}
 EVERY_20 = {"name": "every-20", "cron": "*/20 * * * *"}
 
 
-@pytest.fixture
-def database(db_url):
-    db = Database(db_url)
-    yield db
-    db.close()
-
-
-def test_polling_every_second_keeps_the_compute_awake_all_day(database):
-    result = replay(parse({"hours": 1}), TIMEOUT, Poll(1), database)
+def test_polling_every_second_keeps_the_compute_awake_all_day(replays):
+    result = replay(parse({"hours": 1}), TIMEOUT, Poll(1), replays)
     assert result.awake_hours == pytest.approx(1)
     assert result.resumes == 1
 
 
-def test_a_quiet_day_costs_ours_nothing_but_its_backstop(database):
+def test_a_quiet_day_costs_ours_nothing_but_its_backstop(replays):
     day = parse(QUIET)
-    assert replay(day, TIMEOUT, Ours(backstop=None), database).awake_hours == 0
-    result = replay(day, TIMEOUT, Ours(backstop=60), database)  # ticks at 1 h and 2 h
+    assert replay(day, TIMEOUT, Ours(backstop=None), replays).awake_hours == 0
+    result = replay(day, TIMEOUT, Ours(backstop=60), replays)  # ticks at 1 h and 2 h
     assert result.resumes == result.invocations == 2
     # each tick: resume + connect (statements take no time), then the suspend timeout
     assert result.awake_hours * 3600 == pytest.approx(2 * (60 * TIMEOUT + 1.03), abs=0.01)
@@ -68,49 +55,49 @@ def test_ours_backstop_is_the_template_s_default():
                      template)[1] == f"{BACKSTOP_MINUTES / 60:g}"
 
 
-def test_a_cron_drain_resumes_the_compute_on_every_tick_of_a_quiet_day(database):
-    result = replay(parse(QUIET), TIMEOUT, Cron(15 * 60), database)
+def test_a_cron_drain_resumes_the_compute_on_every_tick_of_a_quiet_day(replays):
+    result = replay(parse(QUIET), TIMEOUT, Cron(15 * 60), replays)
     assert result.resumes == result.invocations == 12
 
 
-def test_a_listen_worker_reconnects_after_a_suspension_and_so_wakes_it_again(database):
-    result = replay(parse(QUIET), TIMEOUT, Listen(fallback=3600), database)
+def test_a_listen_worker_reconnects_after_a_suspension_and_so_wakes_it_again(replays):
+    result = replay(parse(QUIET), TIMEOUT, Listen(fallback=3600), replays)
     assert result.awake_hours > 0.99 * 3  # asleep only for its first reconnect backoff
     assert result.resumes == pytest.approx(3 * 60 / TIMEOUT, abs=1)
 
 
-def test_ours_starts_a_burst_s_jobs_within_a_resume_and_retries_on_the_minute(database):
+def test_ours_starts_a_burst_s_jobs_within_a_resume_and_retries_on_the_minute(replays):
     day = parse(BURST)
-    result = replay(day, TIMEOUT, Ours(), database)
+    result = replay(day, TIMEOUT, Ours(), replays)
     assert result.unfinished == 0
     assert percentile(result.latency, 0.99) < day.model.resume + 2
     assert min(result.lateness) >= 0  # no retry starts before it is due
     assert max(result.lateness) < 60 + day.model.resume + 1  # a wake-up is on the minute
 
 
-def test_ours_on_a_burst_is_awake_within_10_percent_of_the_ideal(database):
+def test_ours_on_a_burst_is_awake_within_10_percent_of_the_ideal(replays):
     # A run that ends while another holds a lease arms a lease wake-up; the holder,
     # finishing, deletes it, so it does not resume the suspended compute for nothing.
     day = parse(BURST)
-    awake, bursts = ideal(day, TIMEOUT, database.backoff)
+    awake, bursts = ideal(day, TIMEOUT, replays.backoff)
     assert bursts == 1
-    assert replay(day, TIMEOUT, Ours(), database).awake_hours <= 1.1 * awake
+    assert replay(day, TIMEOUT, Ours(), replays).awake_hours <= 1.1 * awake
 
 
-def test_concurrent_runs_of_ours_do_not_all_wait_for_the_same_retry(database):
+def test_concurrent_runs_of_ours_do_not_all_wait_for_the_same_retry(replays):
     # A run waits in-process only after a drain that claimed something; one that lost
     # the race arms the (shared) wake-up. Waiting after every drain, runs averaged
     # 2.5 min each on this burst.
-    result = replay(parse(BURST), TIMEOUT, Ours(), database)
+    result = replay(parse(BURST), TIMEOUT, Ours(), replays)
     assert result.worker_hours * 3600 < 30 * result.invocations
 
 
 @pytest.mark.parametrize("strategy", strategies(), ids=lambda s: s.name)
-def test_every_strategy_finishes_the_day_s_jobs_none_early(strategy, database):
+def test_every_strategy_finishes_the_day_s_jobs_none_early(strategy, replays):
     # Long enough for the retries: a slow cron runs one attempt per tick.
     day = parse({**BURST, "hours": 6 if isinstance(strategy, Cron) else 1,
                  "schedules": [HOURLY]})
-    result = replay(day, TIMEOUT, strategy, database)
+    result = replay(day, TIMEOUT, strategy, replays)
     assert result.unfinished == 0
     assert len(result.latency) == len(day.specs)
     # Statements take no virtual time: a LISTEN worker claims at its notification's instant.
@@ -127,38 +114,38 @@ def test_the_day_s_slots_are_drainer_s_in_their_zone():
     assert len(day.slots) == 25
 
 
-def test_the_ideal_counts_a_slot_away_from_other_work_as_a_burst(database):
+def test_the_ideal_counts_a_slot_away_from_other_work_as_a_burst(replays):
     day = parse({"hours": 2, "schedules": [HOURLY]})
-    assert ideal(day, TIMEOUT, database.backoff) == pytest.approx(
+    assert ideal(day, TIMEOUT, replays.backoff) == pytest.approx(
         (2 * (2 + 60 * TIMEOUT) / 3600, 2))
 
 
-def test_ours_with_schedules_wakes_at_each_slot_within_10_percent_of_the_ideal(database):
+def test_ours_with_schedules_wakes_at_each_slot_within_10_percent_of_the_ideal(replays):
     # No process runs between slots: each slot's job is queued with the slot as its
     # run_at, so the run before it arms the wake-up for that minute.
     day = parse({**QUIET, "schedules": [HOURLY, EVERY_20]})
-    result = replay(day, TIMEOUT, Ours(), database)
+    result = replay(day, TIMEOUT, Ours(), replays)
     assert slot_problems(day, result) == []
     assert woken_slots(day, result) == len(day.slots) == 12  # 3 hourly, 9 every 20 min
     # On its minute: the invoke, the resume, and at 00:00 and each hour the other
     # slot's job (2 s) ahead of it.
     assert max(result.slot_lateness) < day.model.invoke + day.model.resume + 2 + 0.1
-    awake, bursts = ideal(day, TIMEOUT, database.backoff)
+    awake, bursts = ideal(day, TIMEOUT, replays.backoff)
     assert result.resumes == bursts == 9
     assert result.awake_hours <= 1.1 * awake
 
 
-def test_a_scheduler_polling_every_30_s_keeps_the_compute_awake(database):
+def test_a_scheduler_polling_every_30_s_keeps_the_compute_awake(replays):
     day = parse({**QUIET, "schedules": [HOURLY]})
-    result = replay(day, TIMEOUT, PolledSlots(), database)
+    result = replay(day, TIMEOUT, PolledSlots(), replays)
     assert slot_problems(day, result) == []
     assert result.awake_hours == pytest.approx(3)
     assert result.resumes == 1
 
 
-def test_a_schedule_every_5_minutes_keeps_a_5_minute_compute_awake(database):
+def test_a_schedule_every_5_minutes_keeps_a_5_minute_compute_awake(replays):
     day = parse({**QUIET, "schedules": [{"name": "five", "cron": "*/5 * * * *"}]})
-    result = replay(day, TIMEOUT, Ours(backstop=None), database)
+    result = replay(day, TIMEOUT, Ours(backstop=None), replays)
     assert slot_problems(day, result) == []
     assert result.awake_hours == pytest.approx(3, abs=0.001)  # but the first invoke
     assert result.resumes == 1
@@ -181,25 +168,25 @@ def test_the_command_checks_the_slots_and_prints_what_a_schedule_costs(
     assert "every-20 at 00:20 ran 0 times" in capsys.readouterr().err
 
 
-def test_the_replay_runs_the_function_s_own_decisions(database, monkeypatch):
+def test_the_replay_runs_the_function_s_own_decisions(replays, monkeypatch):
     # The function stops after every drain: no wake-up for the last retries.
     day = parse(BURST)
-    assert replay(day, TIMEOUT, Ours(backstop=None), database).unfinished == 0
+    assert replay(day, TIMEOUT, Ours(backstop=None), replays).unfinished == 0
     monkeypatch.setattr(cloud, "after_run", lambda summary, **_: Next("none"))
-    assert replay(day, TIMEOUT, Ours(backstop=None), database).unfinished > 0
+    assert replay(day, TIMEOUT, Ours(backstop=None), replays).unfinished > 0
 
 
-def test_the_replay_runs_drainer_s_own_drain(database, monkeypatch):
+def test_the_replay_runs_drainer_s_own_drain(replays, monkeypatch):
     # A drain that may claim nothing leaves every job of the day queued.
     day = parse(BURST)
     monkeypatch.setattr(Sizer, "fits", lambda self, remaining: 0)
     for strategy in (Cron(900), Ours()):
-        assert replay(day, TIMEOUT, strategy, database).unfinished == len(day.specs)
+        assert replay(day, TIMEOUT, strategy, replays).unfinished == len(day.specs)
 
 
-def test_the_ideal_s_retries_follow_the_database_s_backoff(database):
-    assert database.backoff[:5] == [20, 40, 80, 160, 320]
-    assert database.backoff[-1] == 3600
+def test_the_ideal_s_retries_follow_the_database_s_backoff(replays):
+    assert replays.backoff[:5] == [20, 40, 80, 160, 320]
+    assert replays.backoff[-1] == 3600
 
 
 def test_virtual_time_moves_only_when_every_thread_waits():
