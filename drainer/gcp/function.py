@@ -45,11 +45,13 @@ def _drain(trigger: Trigger, settings: Settings, deadline: float) -> dict[str, o
     began = clock.monotonic()
     log.info("run started by %s", trigger.kind, extra={"data": {
         "event": "start", "trigger": trigger.kind, "depth": trigger.depth}})
-    total, decision, now = cloud.drains(
-        lambda: cloud.open_session(settings), handlers, settings.options(deadline),
-        depth=trigger.depth, max_depth=settings.max_depth,
-        on_claim=lambda: _arm_switch(settings))
-    total = replace(total, seconds=clock.monotonic() - began)
+    ran = cloud.drains(
+        lambda: cloud.first_session(settings, deadline), lambda: cloud.open_session(settings),
+        handlers, settings.options(deadline), depth=trigger.depth,
+        max_depth=settings.max_depth, on_claim=lambda: _arm_switch(settings))
+    decision, now = ran.decision, ran.now
+    assert decision is not None and now is not None  # no fleet here: a run always decides
+    total = replace(ran.total, seconds=clock.monotonic() - began)
     outcome = _act(decision, trigger, settings, now, ready=total.next_due is not None)
     pruned = _prune(decision, settings)
     log.info("run ended: %s", outcome, extra={"data": {"event": "end", **total.as_json()}})
