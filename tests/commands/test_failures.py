@@ -92,7 +92,7 @@ def test_verbose_adds_the_handlers_traceback_which_is_never_stored(conn, db_url)
     quiet = drain(db_url)
     assert line_of(quiet.stderr, job) and "Traceback" not in quiet.stderr
     for command, extra, env in (("drain", ["--verbose"], None),
-                                ("work", ["--max-runtime", "3"], clean_env(DRAINER_VERBOSE="1"))):
+                                ("work", ["--max-runtime", "8"], clean_env(DRAINER_VERBOSE="1"))):
         drainer.requeue(conn, ids=[job])
         result = drain(db_url, *extra, command=command, env=env)
         after = result.stderr.split(line_of(result.stderr, job), 1)[1]
