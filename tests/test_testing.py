@@ -193,3 +193,15 @@ def test_the_helpers_refuse_psycopg_2_saying_so(db_url):
             testing.enqueued(pg2)
     finally:
         pg2.close()
+
+
+def test_the_helpers_read_a_connection_whose_rows_are_dicts(db_url):
+    """enqueued and assert_enqueued on a connection with a row factory of the app's
+    (dict_row): their rows are drainer's, whatever the connection gives."""
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(db_url, row_factory=dict_row) as app:
+        drainer.enqueue(app, "email", {"to": "ada@example.com"}, priority=2)
+        [job] = testing.assert_enqueued(app, "email", payload={"to": "ada@example.com"})
+        assert (job.queue, job.priority, job.attempts) == ("email", 2, 0)
+        app.rollback()

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 from psycopg.types.json import JsonbLoader
 
 from ..errors import translated
@@ -192,8 +193,9 @@ def savepoint(conn: psycopg.Connection) -> Iterator[None]:
 def json_rows(conn: psycopg.Connection, name: str, params: Params = None
               ) -> list[tuple[Any, ...]]:
     """Every row of the named statement, jsonb loaded as Python values whatever the
-    connection's own loaders (Django's load jsonb as text)."""
-    cur = conn.cursor()
+    connection's own loaders (Django's load jsonb as text) and rows as tuples
+    whatever its row factory (dict_row)."""
+    cur = conn.cursor(row_factory=tuple_row)
     cur.adapters.register_loader("jsonb", JsonbLoader)
     with translated():
         return cur.execute(QUERIES[name], params or {}).fetchall()
