@@ -40,8 +40,8 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib.util import find_spec
@@ -294,11 +294,22 @@ def _in_savepoint(conn: psycopg.Connection, task: Task) -> Task:
         return task.of(run_async)
 
     def run(job: Job) -> object:
-        with sql.savepoint(conn):
+        with ExitStack() as held:
+            held.enter_context(sql.savepoint(conn))
             result = fn(job)
+            if result is not None and inspect.isawaitable(result):
+                # Its work runs as it is awaited (a callable object's `async def
+                # __call__`, Django's async tasks): in the savepoint too.
+                return _awaited_in(held.pop_all(), result)
         return result
 
     return task.of(run)
+
+
+async def _awaited_in(held: ExitStack, awaitable: Awaitable[object]) -> object:
+    """`awaitable`'s result, awaited before `held` (the call's savepoint) is left."""
+    with held:
+        return await awaitable
 
 
 def _psycopg(conn: object) -> psycopg.Connection:

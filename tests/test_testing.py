@@ -205,3 +205,27 @@ def test_the_helpers_read_a_connection_whose_rows_are_dicts(db_url):
         [job] = testing.assert_enqueued(app, "email", payload={"to": "ada@example.com"})
         assert (job.queue, job.priority, job.attempts) == ("email", 2, 0)
         app.rollback()
+
+
+class NoteAsync:
+    """An async handler that is no `async def` (a callable object): its work, awaited
+    after the call returns, is in the call's savepoint too."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, job):
+        self.app.execute("INSERT INTO notes VALUES (%s)", [job.payload])
+
+
+def test_drain_now_in_transaction_keeps_an_awaited_handlers_work_in_its_savepoint(db_url):
+    with psycopg.connect(db_url) as app:
+        app.execute("CREATE TEMP TABLE notes (note text UNIQUE)")
+        for note in ("taken", "taken", "new"):
+            drainer.enqueue(app, "notes", note, max_attempts=1)
+        summary = testing.drain_now(app, handlers={"notes": NoteAsync(app)},
+                                    in_transaction=True)
+        assert (summary.done, summary.failed) == (2, 1)
+        assert app.execute("SELECT count(*) FROM notes").fetchone()[0] == 2
+        app.rollback()
+
