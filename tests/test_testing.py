@@ -229,3 +229,16 @@ def test_drain_now_in_transaction_keeps_an_awaited_handlers_work_in_its_savepoin
         assert app.execute("SELECT count(*) FROM notes").fetchone()[0] == 2
         app.rollback()
 
+
+
+def test_drain_now_in_transaction_goes_on_after_a_handler_that_commits(db_url):
+    """A handler that commits the connection's transaction ends its savepoint with it:
+    the drain goes on in the next transaction, as it did before savepoints."""
+    with psycopg.connect(db_url) as app:
+        for n in range(2):
+            drainer.enqueue(app, "email", {"n": n})
+        summary = testing.drain_now(app, handlers={"email": lambda job: app.commit()},
+                                    in_transaction=True)
+        assert (summary.done, summary.failed) == (2, 0)
+        app.commit()
+        assert app.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0] == 2

@@ -180,14 +180,17 @@ def savepoint(conn: psycopg.Connection) -> Iterator[None]:
     """A savepoint of the connection's open transaction around a handler's call
     (drain_now(in_transaction=True)): what the handler wrote stays, unless one of its
     statements failed and aborted the transaction, which is then rolled back to the
-    savepoint and goes on. The handler's exception goes on untranslated."""
+    savepoint and goes on. A handler that committed or rolled back ended the savepoint
+    with the transaction. The handler's exception goes on untranslated."""
     run(conn, "handler_savepoint")
     try:
         yield
     finally:
-        if conn.info.transaction_status == TransactionStatus.INERROR:
+        status = conn.info.transaction_status
+        if status == TransactionStatus.INERROR:
             run(conn, "handler_savepoint_rollback")
-        run(conn, "handler_savepoint_release")
+        if status != TransactionStatus.IDLE:
+            run(conn, "handler_savepoint_release")
 
 
 def json_rows(conn: psycopg.Connection, name: str, params: Params = None
