@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from .errors import ConfigError
+from .errors import ConfigError, describe
 
 CLOUD_MARKERS = ("AWS_LAMBDA_FUNCTION_NAME", "K_SERVICE", "CLOUD_RUN_JOB", "FUNCTION_TARGET")
 LIBPQ_MARKERS = ("PGHOST", "PGSERVICE", "PGDATABASE")
@@ -97,8 +97,7 @@ def django_configured() -> bool:
 def django_alias() -> str:
     """The alias in DATABASES of drainer's database: the DRAINER setting's DATABASE,
     else the one the drainer task backends' OPTIONS name, else "default"."""
-    from django.conf import settings
-
+    settings = _settings()
     given = getattr(settings, "DRAINER", None) or {}
     if not isinstance(given, dict) or set(given) - DJANGO_SETTINGS:
         raise ConfigError(f"the DRAINER setting must be a dict of {sorted(DJANGO_SETTINGS)}, "
@@ -113,6 +112,20 @@ def django_alias() -> str:
         raise ConfigError(f"drainer's database is named twice in Django's settings: "
                           f"{sorted(named)}; name it once, in DRAINER = {{'DATABASE': ...}}")
     return named.pop() if named else "default"
+
+
+def _settings() -> Any:
+    """Django's settings, loaded: a settings module that fails to import (or does not
+    exist) is a ConfigError that names it, not a traceback."""
+    from django.conf import settings
+
+    try:
+        settings.DATABASES  # noqa: B018 - the first read imports the module
+    except Exception as exc:
+        name = os.environ.get("DJANGO_SETTINGS_MODULE") or "configured in code"
+        raise ConfigError(f"Django's settings ({name}) cannot be loaded: "
+                          f"{describe(exc)}") from exc
+    return settings
 
 
 def _drainer_backend(path: str) -> bool:

@@ -157,3 +157,13 @@ def test_djangos_own_tests_get_every_table_and_drainer_testing_on_its_connection
               .split()[1])
     tests = Path(ROOT / "tests" / "djangoproject" / "shop" / "tests.py").read_text()
     assert ran == tests.count("    def test_")
+
+
+@pytest.mark.parametrize("module", [SETTINGS, "tests.djangoproject.no_such_settings"])
+def test_django_settings_that_fail_to_import_are_a_configuration_error(module):
+    """A settings module that raises (here: the project's, without its variable) or
+    that does not exist: exit 2 with one line that names it, no traceback."""
+    done = run_cli("stats", env=clean_env(DJANGO_SETTINGS_MODULE=module))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"Django's settings ({module}) cannot be loaded" in done.stderr
