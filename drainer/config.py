@@ -141,6 +141,7 @@ def _drainer_backend(path: str) -> bool:
 def django_url() -> str:
     """The libpq connection string of drainer's Django database, as Django connects to
     it (a test run's test database included)."""
+    from django.core.exceptions import ImproperlyConfigured
     from django.db import connections
 
     alias = django_alias()
@@ -150,10 +151,11 @@ def django_url() -> str:
     database = connections[alias]
     if database.vendor != "postgresql":
         raise ConfigError(f"Django's database {alias!r} is {database.vendor}, not PostgreSQL")
-    given = database.settings_dict
-    params = {"dbname": given.get("NAME"), "user": given.get("USER"),
-              "password": given.get("PASSWORD"), "host": given.get("HOST"),
-              "port": given.get("PORT")}
+    try:  # as Django connects: NAME None is the `postgres` database, say
+        params = database.get_connection_params()
+    except ImproperlyConfigured as exc:
+        raise ConfigError(f"Django's database {alias!r}: {exc}") from exc
     keywords = {o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults()}
-    params.update({k: v for k, v in (given.get("OPTIONS") or {}).items() if k in keywords})
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v})
+    keywords.discard("client_encoding")  # Django's UTF8; drainer sets its own
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items()
+                                             if k in keywords and v not in (None, "")})

@@ -167,3 +167,30 @@ def test_django_settings_that_fail_to_import_are_a_configuration_error(module):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"Django's settings ({module}) cannot be loaded" in done.stderr
+
+
+def django_url_of(database: dict) -> dict:
+    """drainer's connection parameters for a Django database of these settings."""
+    code = ("import json, sys, django; from django.conf import settings; "
+            "settings.configure(DATABASES={'default': json.loads(sys.argv[1])}); "
+            "django.setup(); import psycopg; from drainer import config; "
+            "print(json.dumps(psycopg.conninfo.conninfo_to_dict(config.django_url())))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(
+        {"ENGINE": "django.db.backends.postgresql", **database})],
+        text=True, capture_output=True, env=clean_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_djangos_database_is_the_one_django_connects_to():
+    """NAME None is Django's way to the `postgres` database (a service in OPTIONS
+    left out); a socket directory and an int port go as given; OPTIONS that are
+    Django's own (pool, server_side_binding) stay out."""
+    assert django_url_of({"NAME": None, "USER": "app", "OPTIONS": {"service": "shop"}}) == {
+        "dbname": "postgres", "user": "app"}
+    assert django_url_of({"NAME": "shop", "HOST": "/run/postgresql", "PORT": 5433,
+                          "PASSWORD": "p w'd", "OPTIONS": {
+                              "server_side_binding": True, "sslmode": "prefer",
+                              "options": "-c search_path=shop"}}) == {
+        "dbname": "shop", "host": "/run/postgresql", "port": "5433", "password": "p w'd",
+        "sslmode": "prefer", "options": "-c search_path=shop"}
