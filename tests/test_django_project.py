@@ -194,3 +194,13 @@ def test_djangos_database_is_the_one_django_connects_to():
                               "options": "-c search_path=shop"}}) == {
         "dbname": "shop", "host": "/run/postgresql", "port": "5433", "password": "p w'd",
         "sslmode": "prefer", "options": "-c search_path=shop"}
+
+
+def test_manage_py_migrate_on_a_connection_that_prepares_every_statement(empty_db_url):
+    """OPTIONS server_side_binding and prepare_threshold 0 (psycopg prepares each
+    statement it runs): the migrations, several statements each, are never prepared."""
+    done = manage(empty_db_url, "migrate", DRAINER_DJANGO_OPTIONS=json.dumps(
+        {"server_side_binding": True, "prepare_threshold": 0}))
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(empty_db_url) as conn:
+        assert schema.version(conn) == LATEST_VERSION

@@ -225,6 +225,14 @@ class DjangoCursors(Adapter):
             for text in texts:
                 cursor.execute(text)
 
+    async def script(self, text: str) -> None:
+        with self.raw.cursor() as cursor:
+            if isinstance(cursor.cursor, psycopg.Cursor):  # never prepared, whatever
+                with self.raw.wrap_database_errors:  # OPTIONS' prepare_threshold says
+                    cursor.cursor.execute(text, prepare=False)
+            else:
+                cursor.execute(text)
+
 
 def passing() -> AbstractContextManager[None]:
     """psycopg 3's errors translated as drainer's, but a conflict with another

@@ -2,6 +2,7 @@
 tasks go to drainer's backend; drainer is one of its installed apps (its tables by
 `manage.py migrate`, `manage.py drainer`, the admin's view of the jobs)."""
 
+import json
 import os
 
 import psycopg
@@ -48,6 +49,7 @@ DATABASES = {"default": {
     "ENGINE": "django.db.backends.postgresql", "NAME": _info["dbname"],
     "USER": _info.get("user", ""), "PASSWORD": _info.get("password", ""),
     "HOST": _info.get("host", ""), "PORT": _info.get("port", ""),
+    "OPTIONS": json.loads(os.environ.get("DRAINER_DJANGO_OPTIONS", "{}")),
 }}
 TASKS = {"default": {
     "BACKEND": "drainer.contrib.django.DrainerBackend",
