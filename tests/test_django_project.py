@@ -204,3 +204,12 @@ def test_manage_py_migrate_on_a_connection_that_prepares_every_statement(empty_d
     assert done.returncode == 0, done.stderr
     with psycopg.connect(empty_db_url) as conn:
         assert schema.version(conn) == LATEST_VERSION
+
+
+def test_manage_py_drainer_takes_djangos_settings_and_pythonpath_options(migrated):
+    """--settings and --pythonpath, which manage.py applies for every command, are
+    not drainer's options: left out of what drainer parses, wherever they are."""
+    done = manage(migrated, "drainer", "--settings", SETTINGS, "stats", "--json",
+                  f"--pythonpath={ROOT}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["queues"] == []

@@ -12,6 +12,9 @@ from django.core.management.base import BaseCommand, CommandError
 from drainer.commands import cli
 from drainer.settings import TASKS
 
+# The options every manage.py command takes, which manage.py itself has applied.
+DJANGOS = ("--settings", "--pythonpath")
+
 
 class Command(BaseCommand):  # type: ignore[misc]
     help = ("drainer's command on this project's database: `manage.py drainer drain`, "
@@ -27,8 +30,8 @@ class Command(BaseCommand):  # type: ignore[misc]
 
     def run_from_argv(self, argv: list[str]) -> None:
         """What manage.py runs: drainer's own options and exit code, untouched by
-        Django's parsing."""
-        sys.exit(_main(argv[2:]))
+        Django's parsing (but for the options manage.py applied already)."""
+        sys.exit(_main(_without_djangos(argv[2:])))
 
     def handle(self, *args: str, **options: Any) -> None:
         """call_command("drainer", VERB, ...)."""
@@ -43,3 +46,15 @@ def _main(argv: list[str]) -> int:
     with this environment) register them too."""
     os.environ.setdefault(TASKS.env, "drainer.contrib.django")
     return cli.main(argv)
+
+
+def _without_djangos(args: list[str]) -> list[str]:
+    """`args` less Django's own options (`--settings X`, `--pythonpath=X`)."""
+    kept: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg in DJANGOS:
+            next(rest, None)  # its value
+        elif not arg.startswith(tuple(f"{name}=" for name in DJANGOS)):
+            kept.append(arg)
+    return kept
