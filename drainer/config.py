@@ -103,6 +103,7 @@ def django_alias() -> str:
         raise ConfigError(f"the DRAINER setting must be a dict of {sorted(DJANGO_SETTINGS)}, "
                           f"not {given!r}")
     tasks: dict[str, Any] = getattr(settings, "TASKS", None) or {}
+    _load_apps()  # a backend's module may import models
     named = {params["OPTIONS"]["DATABASE"] for params in tasks.values()
              if _drainer_backend(params.get("BACKEND", ""))
              and "DATABASE" in (params.get("OPTIONS") or {})}
@@ -128,13 +129,25 @@ def _settings() -> Any:
     return settings
 
 
+def _load_apps() -> None:
+    """Django's apps loaded (django.setup(), as manage.py does first), unless they are
+    loading now."""
+    from django.apps import apps
+
+    if not apps.ready and not apps.loading:
+        import django
+
+        django.setup()
+
+
 def _drainer_backend(path: str) -> bool:
     """Whether a TASKS backend is drainer's (or a subclass)."""
+    from django.core.exceptions import AppRegistryNotReady
     from django.utils.module_loading import import_string
 
     try:
         return bool(getattr(import_string(path), "drainer_backend", False))
-    except ImportError:
+    except (ImportError, AppRegistryNotReady):
         return False
 
 

@@ -213,3 +213,17 @@ def test_manage_py_drainer_takes_djangos_settings_and_pythonpath_options(migrate
                   f"--pythonpath={ROOT}")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["queues"] == []
+
+
+def test_a_task_backend_whose_module_imports_models(migrated):
+    """A backend in a module that imports models is imported once Django's apps are
+    loaded: manage.py starts, the drainer command runs, and its queues have the
+    handler of Django's tasks."""
+    more = {"DRAINER_DJANGO_ORDERS_BACKEND": "1"}
+    done = manage(migrated, "shell", "-c", "from drainer import tasks; "
+                  "print(sorted(tasks.registered()))", **more)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['default', 'emails', 'orders']"
+    assert manage(migrated, "drainer", "stats", **more).returncode == 0
+    stats = run_cli("stats", env=env(migrated, **more))
+    assert stats.returncode == 0, stats.stderr

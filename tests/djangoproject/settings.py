@@ -55,3 +55,6 @@ TASKS = {"default": {
     "BACKEND": "drainer.contrib.django.DrainerBackend",
     "QUEUES": ["default", "emails"],
 }}
+if os.environ.get("DRAINER_DJANGO_ORDERS_BACKEND"):
+    TASKS["orders"] = {"BACKEND": "tests.djangoproject.shop.backends.OrdersBackend",
+                       "QUEUES": ["orders"]}

@@ -11,3 +11,10 @@ class DrainerConfig(AppConfig):  # type: ignore[misc]
     label = "drainer"
     verbose_name = "drainer jobs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """The handler for the queues of every drainer backend, those of backends whose
+        module could not be imported while the apps were loading included."""
+        from .running import register
+
+        register()

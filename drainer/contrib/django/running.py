@@ -9,6 +9,7 @@ from inspect import iscoroutinefunction
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import AppRegistryNotReady
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -159,8 +160,8 @@ def queues() -> list[str]:
     for params in configured.values():
         try:
             backend = import_string(params.get("BACKEND", ""))
-        except ImportError:
-            continue
+        except (ImportError, AppRegistryNotReady):  # the latter: its module imports
+            continue  # models, and INSTALLED_APPS are loading; the app's ready() again
         if isinstance(backend, type) and issubclass(backend, DrainerBackend):
             found.update(_queue_names(params.get("QUEUES", ["default"])))
     return sorted(found)
