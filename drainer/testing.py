@@ -237,7 +237,7 @@ def drain_now(conn: object, *, queues: Iterable[str] | None = None,
     handlers = dict(tasks.registered() if handlers is None else handlers)
     opts = Options(queues=list(handlers) if queues is None else list(queues), **options)
     if in_transaction:
-        return _drain_in_transaction(raw, handlers, opts)
+        return _drain_in_transaction(raw, handlers, opts, conn)
     if not raw.autocommit or raw.info.transaction_status != TransactionStatus.IDLE:
         raise ConfigError(
             "drain_now() needs an autocommit connection outside any transaction (its "
@@ -248,10 +248,11 @@ def drain_now(conn: object, *, queues: Iterable[str] | None = None,
 
 
 def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handler],
-                          options: Options) -> Summary:
+                          options: Options, framework: object = None) -> Summary:
     """drain_now(in_transaction=True): the drain's own loop (claim, run and settle until
     nothing of the queues is ready) in the caller's transaction (InTransaction), its
-    handlers on the caller's thread (CALLER), without a drain's upkeep."""
+    handlers on the caller's thread (CALLER), without a drain's upkeep. `framework`:
+    the connection as given (Django's, say), whose marks of a failed block count."""
     options = checked(handlers, options)
     status = conn.info.transaction_status
     if status == TransactionStatus.INERROR:
@@ -271,7 +272,7 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
     # One slot, on this thread; a claim of IN_TRANSACTION_BATCH at most, as given.
     options = replace(options, concurrency=1, deadline=None,
                       batch_size=options.batch_size or IN_TRANSACTION_BATCH)
-    saved = {queue: _in_savepoint(conn, as_task(queue, handler))
+    saved = {queue: _in_savepoint(conn, as_task(queue, handler), framework)
              for queue, handler in handlers.items()}
     Drain(InTransaction(conn), CALLER, saved, options, threading.Event(), summary,
           upkeep=False).run()
@@ -279,7 +280,7 @@ def _drain_in_transaction(conn: psycopg.Connection, handlers: Mapping[str, Handl
     return summary
 
 
-def _in_savepoint(conn: psycopg.Connection, task: Task) -> Task:
+def _in_savepoint(conn: psycopg.Connection, task: Task, framework: object = None) -> Task:
     """The task with each call of its handler in a savepoint of the test's transaction:
     a statement of the handler's that fails (a unique violation, say) rolls back to
     it, a failed attempt like any other, and the transaction, the other jobs'
@@ -295,7 +296,7 @@ def _in_savepoint(conn: psycopg.Connection, task: Task) -> Task:
 
     def run(job: Job) -> object:
         with ExitStack() as held:
-            held.enter_context(sql.savepoint(conn))
+            held.enter_context(sql.savepoint(conn, _marked_failed(framework)))
             result = fn(job)
             if result is not None and inspect.isawaitable(result):
                 # Its work runs as it is awaited (a callable object's `async def
@@ -304,6 +305,22 @@ def _in_savepoint(conn: psycopg.Connection, task: Task) -> Task:
         return result
 
     return task.of(run)
+
+
+def _marked_failed(framework: object) -> Callable[[], bool]:
+    """Whether, since now, Django marked the test's atomic() block failed
+    (`needs_rollback`: an ORM statement failed, the handler may have caught it); the
+    mark is then cleared, as Django clears it leaving a nested atomic() it rolled back
+    to its savepoint. Other connections have no such mark."""
+    before = getattr(framework, "needs_rollback", False)
+
+    def failed() -> bool:
+        if before is not False or getattr(framework, "needs_rollback", False) is not True:
+            return False
+        framework.needs_rollback = False  # type: ignore[attr-defined]
+        return True
+
+    return failed
 
 
 async def _awaited_in(held: ExitStack, awaitable: Awaitable[object]) -> object:

@@ -11,7 +11,7 @@ It also knows, once per connection, which optional objects the schema has.
 
 import re
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, fields
 from functools import cache
@@ -176,18 +176,20 @@ def transaction(conn: psycopg.Connection) -> Iterator[None]:
 
 
 @contextmanager
-def savepoint(conn: psycopg.Connection) -> Iterator[None]:
+def savepoint(conn: psycopg.Connection, failed: Callable[[], bool] = bool) -> Iterator[None]:
     """A savepoint of the connection's open transaction around a handler's call
     (drain_now(in_transaction=True)): what the handler wrote stays, unless one of its
-    statements failed and aborted the transaction, which is then rolled back to the
-    savepoint and goes on. A handler that committed or rolled back ended the savepoint
-    with the transaction. The handler's exception goes on untranslated."""
+    statements failed and aborted the transaction (or `failed()` says a framework
+    marked its block failed), which is then rolled back to the savepoint and goes on.
+    A handler that committed or rolled back ended the savepoint with the transaction.
+    The handler's exception goes on untranslated."""
     run(conn, "handler_savepoint")
     try:
         yield
     finally:
         status = conn.info.transaction_status
-        if status == TransactionStatus.INERROR:
+        marked = status != TransactionStatus.IDLE and failed()  # (clears the mark)
+        if status == TransactionStatus.INERROR or marked:
             run(conn, "handler_savepoint_rollback")
         if status != TransactionStatus.IDLE:
             run(conn, "handler_savepoint_release")

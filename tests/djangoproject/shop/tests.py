@@ -56,13 +56,25 @@ class TestTesting(TestCase):
             with connection.cursor() as cursor:
                 cursor.execute("INSERT INTO shop_order (note) VALUES (%s)", [job.payload])
 
+        self.drain_taken_and_new(insert)
+        self.assertEqual(Order.objects.count(), 2)
+
+    def test_a_plain_handler_whose_orm_save_fails_leaves_the_test_usable(self):
+        def order(job):
+            Order.objects.create(note=job.payload)
+
+        self.drain_taken_and_new(order)
+        self.assertEqual(sorted(Order.objects.values_list("note", flat=True)), ["new", "taken"])
+
+    def drain_taken_and_new(self, handler):
+        """An order "taken", then jobs for "taken" (a unique violation) and "new",
+        drained by `handler` in the test's transaction: one done, one failed."""
         Order.objects.create(note="taken")
         for note in ("taken", "new"):
             drainer.enqueue(connection, "notes", note, max_attempts=1)
-        summary = testing.drain_now(connection, handlers={"notes": insert},
+        summary = testing.drain_now(connection, handlers={"notes": handler},
                                     in_transaction=True)
         self.assertEqual((summary.done, summary.failed), (1, 1))
-        self.assertEqual(Order.objects.count(), 2)
 
 
 class TestAdmin(TestCase):
