@@ -227,3 +227,16 @@ def test_a_task_backend_whose_module_imports_models(migrated):
     assert manage(migrated, "drainer", "stats", **more).returncode == 0
     stats = run_cli("stats", env=env(migrated, **more))
     assert stats.returncode == 0, stats.stderr
+
+
+def test_call_command_drainer_takes_what_manage_py_drainer_takes(migrated):
+    """call_command("drainer", ...): options first (a drain, the default command) as
+    manage.py takes them; a failure is a CommandError with drainer's exit code."""
+    code = ("from django.core.management import call_command, CommandError\n"
+            "call_command('drainer', '--max-runtime', '5', '--queue', 'default')\n"
+            "try:\n    call_command('drainer', 'show', 424242)\n"
+            "except CommandError as exc:\n    print('exit', exc.returncode)\n")
+    done = manage(migrated, "shell", "-c", code)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.strip().splitlines()
+    assert json.loads(out[-2])["stopped"] == "empty" and out[-1] == "exit 1"

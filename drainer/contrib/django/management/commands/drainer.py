@@ -25,6 +25,19 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument("args", nargs=argparse.REMAINDER,
                             help="a drainer command and its options")
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        """call_command's parser: drainer's options before its verb (a drain's, the
+        default command) go to drainer too, as manage.py passes them."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+
+        def parse_args(args: Any = None, namespace: Any = None) -> Any:
+            known, leading = parser.parse_known_args(args, namespace)
+            known.args = [*leading, *known.args]
+            return known
+
+        parser.parse_args = parse_args
+        return parser
+
     def print_help(self, prog_name: str, subcommand: str) -> None:
         cli.main(["--help"])
 
