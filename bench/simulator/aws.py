@@ -97,6 +97,7 @@ class Lambda:
         self.invoke_seconds, self.timeout = invoke, timeout
         self.scheduler = Scheduler(kernel, self.invoke, draws)
         self.invocations = 0
+        self.fanouts = 0  # invocations of members started to widen a fleet
         self.failed = 0  # runs that ended with an error (the database gone too long)
         self.seconds = 0.0  # time runs took
         self.doomed: dict[int, float] = {}  # group -> when its run began
@@ -105,6 +106,7 @@ class Lambda:
         if event.get("source") == events.ENQUEUE and self.draws.hit("lost_kicks"):
             return
         self.invocations += 1
+        self.fanouts += event.get("source") == events.FANOUT
         self.kernel.call_at(self.kernel.now + self.invoke_seconds,
                             lambda: self.kernel.spawn(self._run, event))
 
@@ -137,9 +139,11 @@ class Lambda:
 
 
 def settings(*, queue: str, task_module: str, lease: float, concurrency: int,
-             margin: float, max_depth: int) -> Settings:
-    """The function's settings, as its environment would give them, with wake-ups on."""
+             margin: float, max_depth: int, max_width: int | None = None) -> Settings:
+    """The function's settings, as its environment would give them, with wake-ups on;
+    `max_width` None: the default cap of its fleet."""
     drain = Drain(tasks=[task_module], queues=[queue], lease=lease, concurrency=concurrency)
     return Settings(credentials=Credentials(url="postgresql:///simulated"), drain=drain,
                     margin=margin, max_depth=max_depth, schedule_group="drainer-wakeups",
-                    scheduler_role_arn=f"arn:aws:iam::{ACCOUNT}:role/drainer-scheduler")
+                    scheduler_role_arn=f"arn:aws:iam::{ACCOUNT}:role/drainer-scheduler",
+                    **({} if max_width is None else {"max_width": max_width}))

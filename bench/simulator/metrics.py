@@ -26,6 +26,7 @@ class Result:
     slot_starts: list[tuple[str, float, float]]
     wake_ups: list[float] | None  # when ours's wake-ups fired (None: not ours)
     injected: dict[str, int] = field(default_factory=dict)  # faults, by kind
+    fanouts: int = 0  # ours: invocations that widened a fleet
 
     @property
     def starts(self) -> list[float]:
@@ -61,6 +62,7 @@ def replay(day: Day, timeout_minutes: float, strategy: Strategy, database: Datab
         slot_starts=[run for run in world.slot_starts if run[1] < day.seconds],
         wake_ups=world.wake_ups,
         injected=dict(world.draws.counts),
+        fanouts=world.fanouts,
     )
 
 

@@ -65,6 +65,7 @@ class World:
         self.slot_starts: list[tuple[str, float, float]] = []  # (schedule, slot, started)
         self.wake_ups: list[float] | None = None  # when the function's wake-ups fired
         self.invocations = 0
+        self.fanouts = 0  # ours: invocations that widened a fleet
         self.worker_seconds = 0.0  # time a drainer process or function ran
 
     def session(self) -> Session:
@@ -325,6 +326,7 @@ class Ours(Strategy):
     # Minutes between backstop ticks (infra/template.yaml's default BackstopRate); None:
     # the kicks and wake-ups alone, to see what the backstop costs.
     backstop: float | None = BACKSTOP_MINUTES
+    max_width: int | None = None  # its fleet's cap; None: the default
 
     def __post_init__(self) -> None:
         self.function: aws.Lambda | None = None
@@ -332,6 +334,11 @@ class Ours(Strategy):
 
     @property
     def name(self) -> str:
+        if self.max_width is not None:
+            return f"{self._name()}, max width {self.max_width}"
+        return self._name()
+
+    def _name(self) -> str:
         if self.backstop is None:
             return "ours, no backstop"
         every = f"{self.backstop / 60:g} h" if self.backstop >= 60 else f"{self.backstop:g} min"
@@ -344,7 +351,8 @@ class Ours(Strategy):
         model = world.model
         settings = aws.settings(queue=work.QUEUE, task_module=work.__name__,
                                 lease=model.lease, concurrency=model.concurrency,
-                                margin=model.margin, max_depth=model.max_depth)
+                                margin=model.margin, max_depth=model.max_depth,
+                                max_width=self.max_width)
         function = self.function = aws.Lambda(world.kernel, settings, invoke=model.invoke,
                                               timeout=model.function_timeout,
                                               draws=world.draws)
@@ -355,6 +363,7 @@ class Ours(Strategy):
         with function.installed(world.connect):
             yield
         world.invocations, world.worker_seconds = function.invocations, function.seconds
+        world.fanouts = function.fanouts
         world.wake_ups = function.scheduler.fired if self.declares else None
 
     def start(self, world: World) -> None:
