@@ -5,6 +5,7 @@ way of waiting for work, and print what each cost (and the ideal).
                              [--chart docs/waiting-costs.png | --no-chart]
                              [--database-url URL]
     python -m bench.simulate --faults [--fault-rate 0.01 ...] [--backstop 60 ...]
+    python -m bench.simulate --widening
 
 Every strategy drains with drainer's own code on a real PostgreSQL: a throwaway
 cluster of the embedded binaries unless --database-url names a database (its jobs
@@ -21,6 +22,11 @@ backstop period and fault rate (FAULT_BACKSTOPS, FAULT_RATES): at rate r each ki
 is lost, each run dies at its first job and each wake-up fails to arm with
 probability r, and the database restarts at RESTART_AT (bench/simulator/faults.py).
 The draws are fixed, so a replay gives the same figures every time.
+
+With --widening it prints how a backlog of a million jobs widens, drainer's fleet
+against SQS feeding Lambda (bench/simulator/widening.py: modelled drains, drainer's
+own width decision), then replays ours with its fleet's default cap and with a cap
+of 1 (never widening): on BACKLOG_DAY, 300 jobs due at once, and on the day.
 """
 
 import argparse
@@ -33,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.simulator import day as days
+from bench.simulator import widening
 from bench.simulator.database import Database
 from bench.simulator.faults import Faults
 from bench.simulator.metrics import Result, ideal, percentile, replay, slot_problems, woken_slots
@@ -48,6 +55,11 @@ FAULT_RATES = (0.0, 0.001, 0.01, 0.05, 0.2)
 FAULT_BACKSTOPS: tuple[float | None, ...] = (None, BACKSTOP_MINUTES, 60.0, 15.0)  # minutes
 RESTART_AT = "08:45"  # in the day's busiest burst
 LATE = 60.0  # seconds: a start later than this missed its kick or its wake-up
+# A backlog the kicks do not spread: 300 jobs of about 0.5 s, enqueued together and
+# due a minute later, so one wake-up starts one run that meets them all.
+BACKLOG_DAY = {"hours": 0.5, "seed": 1, "duration": {"median": 0.5, "sigma": 0.1, "max": 5},
+               "scheduled": [{"at": "00:05", "due": "00:06", "jobs": 300}]}
+WIDTHS = (None, 1, 100)  # ours's fleet caps replayed with --widening (None: the default)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.simulate: cannot read the day {args.day}: {exc}", file=sys.stderr)
         return 2
     timeouts = args.timeout or list(day.model.suspend_timeouts_minutes)
+    if args.widening:
+        print(widening.table())
+        with database(args.database_url) as db:
+            backlog = days.parse(BACKLOG_DAY)
+            print()
+            print(widths_table("A backlog: 300 jobs of about 0.5 s due at once", [
+                replay(backlog, timeouts[0], Ours(max_width=w), db) for w in WIDTHS]))
+            print()
+            print(widths_table(f"The day, {len(day.specs)} jobs", [
+                replay(day, t, Ours(max_width=w), db) for t in timeouts for w in WIDTHS[:2]]))
+        return 0
     if args.faults:
         with database(args.database_url) as db:
             swept = sweep(day, timeouts[0], db, args.fault_rate or FAULT_RATES,
@@ -118,6 +141,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backstop", type=float, action="append", metavar="MINUTES",
                         help="with --faults: a backstop period, 0 for none; repeatable "
                              "(default: none, 6 h, 1 h, 15 min)")
+    parser.add_argument("--widening", action="store_true",
+                        help="print how a backlog widens, drainer's fleet against SQS's "
+                             "ramp, then replay ours with and without widening")
     return parser.parse_args(argv)
 
 
@@ -199,6 +225,19 @@ def faults_table(day: days.Day, timeout: float, rows: list[tuple[float, Result]]
                  str(sum(s > LATE for s in starts)), str(r.unfinished),
                  *(str(r.injected.get(k, 0)) for k in ("lost_kicks", "dead_runs",
                                                        "failed_arms"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def widths_table(title: str, rows: list[Result]) -> str:
+    """Ours at each fleet cap: what it cost, how many members it started to widen."""
+    lines = [f"{title}, ours at each fleet cap:", "",
+             "| strategy | suspend timeout | awake h | resumes | invocations | fan-outs "
+             "| worker h | start p99 | due max |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        cells = [r.strategy, f"{r.timeout_minutes:g} min", f"{r.awake_hours:.2f}",
+                 str(r.resumes), str(r.invocations), str(r.fanouts), f"{r.worker_hours:.2f}",
+                 duration(percentile(r.latency, 0.99)), duration(percentile(r.lateness, 1.0))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

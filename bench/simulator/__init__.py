@@ -7,5 +7,6 @@ each connection's statements cost it), `database` (the PostgreSQL the replays
 drain), `aws` (Lambda and Scheduler), `faults` (lost kicks, dead runs, failed
 wake-ups, restarts), `work` (the jobs' task module), `day` (the
 workload file), `strategies` (ways of waiting for work), `metrics` (what a replay
-of the day cost, and the ideal).
+of the day cost, and the ideal), `widening` (a backlog of a million jobs widened,
+drainer's fleet against SQS's ramp, modelled).
 """
