@@ -62,7 +62,11 @@ ONCE = {
     "tests/test_testing_plugin.py::test_a_bin_directory_with_no_server_is_named_with_what_to_set",
     # The simulator's model of a day: what it concludes holds on any version, and its
     # days cost minutes (the SQL it replays runs in both passes elsewhere).
-    "tests/test_simulate.py",
+    "tests/test_simulate.py", "tests/test_simulate_faults.py",
+    "tests/test_simulate_widening.py",
+    # A deploy recipe run against a stand-in, and a proxy's refusals: neither
+    # depends on the server's version.
+    "tests/test_infra_gcp.py", "tests/test_resuming_database.py",
     # The dashboard's app, command and browser: its SQL's plans run on each version
     # (tests/ui/test_plans.py), the rest is the same on any.
     "tests/ui/test_routes.py", "tests/ui/test_command.py", "tests/ui/test_browser.py",
