@@ -221,3 +221,4 @@ def test_the_migrate_request_creates_the_schema(empty_db_url, monkeypatch, http)
     monkeypatch.setenv("DATABASE_URL", empty_db_url)
     result = http.post("/", data=json.dumps({"source": "drainer.migrate"})).get_json()
     assert result["version"] >= 1 and result["applied"]
+
