@@ -47,7 +47,10 @@ def wanted(load: Load) -> int:
     new drain's start."""
     if not load.full or load.rate <= 0:
         return load.running
-    backlog = max(load.taken, load.done)  # it has lasted this long: as long again
+    # The backlog has lasted the fleet this long: about as much again as its members,
+    # each about as fast as this one, have worked (this one's work times their
+    # number); so the fleet doubles at each decision while claims come back full.
+    backlog = max(load.taken, load.done) * load.running
     per_member = load.rate * STARTUP  # what a member works while another starts
     if backlog <= per_member:
         return load.running

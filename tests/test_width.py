@@ -14,7 +14,10 @@ CASES = [
     # (why, changes to BASE, more members)
     ("a full claim, a backlog that outlasts a start: double", {}, 1),
     ("two running: double again", {"running": 2}, 2),
-    ("four running: the estimate (1,000 jobs) needs 5 at 200 each, not 8", {"running": 4}, 1),
+    ("four running: the fleet's estimate, 4 x 1,000 jobs, calls for 20: double",
+     {"running": 4}, 4),
+    ("four running: the fleet's estimate, 4 x 300 jobs, needs 6 at 200 each, not 8",
+     {"running": 4, "done": 300}, 2),
     ("a claim not full took every ready job: none", {"full": False}, 0),
     ("nothing worked yet: no rate, none", {"rate": 0.0, "done": 0}, 0),
     ("a backlog one drain clears before another starts: none",
