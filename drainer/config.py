@@ -1,6 +1,6 @@
-"""Which database to use, first found: the flag (or `DRAINER_DATABASE_URL`), Django's
-database when Django is configured, `DATABASE_URL`, libpq's `PG*` variables, and
-outside a cloud function the embedded server. (Every other setting is in
+"""Which database to use, first found: the flag, Django's database when Django is
+configured with drainer installed, `DRAINER_DATABASE_URL`, `DATABASE_URL`, libpq's
+`PG*` variables, and outside a cloud function the embedded server. (Every other setting is in
 `drainer.settings`.)
 """
 
@@ -32,13 +32,13 @@ class Database:
 
 def database_url(flag: str | None) -> str | None:
     """The configured URL, or None when nothing names a database."""
-    explicit = flag or os.environ.get("DRAINER_DATABASE_URL")  # the option's own variable
-    if explicit:
-        return explicit
-    if django_configured():
+    if flag:
+        return flag
+    if django_installed():
         return django_url()
-    if os.environ.get("DATABASE_URL"):
-        return os.environ["DATABASE_URL"]
+    for value in (os.environ.get("DRAINER_DATABASE_URL"), os.environ.get("DATABASE_URL")):
+        if value:
+            return value
     if any(os.environ.get(name) for name in LIBPQ_MARKERS):
         return ""  # libpq fills everything from PG* variables
     return None
@@ -83,6 +83,7 @@ def _start_embedded() -> str:
 # Django's database: one of its DATABASES, named by the DRAINER setting.
 
 DJANGO_SETTINGS = {"DATABASE"}  # the keys of the DRAINER setting
+APP = "drainer.contrib.django"  # in INSTALLED_APPS (or its AppConfig's path)
 
 
 def django_configured() -> bool:
@@ -92,6 +93,15 @@ def django_configured() -> bool:
         return find_spec("django") is not None
     conf = sys.modules.get("django.conf")
     return conf is not None and bool(conf.settings.configured)
+
+
+def django_installed() -> bool:
+    """Whether Django is configured and drainer is one of its installed apps: then its
+    database is drainer's, before DRAINER_DATABASE_URL and DATABASE_URL."""
+    if not django_configured():
+        return False
+    return any(app == APP or app.startswith(APP + ".")
+               for app in getattr(_settings(), "INSTALLED_APPS", ()))
 
 
 def django_alias() -> str:

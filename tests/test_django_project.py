@@ -109,24 +109,28 @@ def test_manage_py_drainer_drains_djangos_database_with_no_url_given(migrated):
 
 
 def test_the_drain_finds_djangos_database_before_the_usual_variables(migrated, db_url):
-    """--database-url (or DRAINER_DATABASE_URL) first, then Django's database, then
-    DATABASE_URL and PG*; never the embedded server while Django names a database."""
+    """--database-url first, then Django's database (drainer installed), then
+    DRAINER_DATABASE_URL, DATABASE_URL and PG*; never the embedded server while Django
+    names a database."""
     job = enqueue_add(migrated)
     unreachable = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
-    for given in ({"args": ("--database-url", db_url)},
-                  {"env": {"DRAINER_DATABASE_URL": db_url}}):
-        elsewhere = run_cli("drain", *given.get("args", ()), "--tasks",
-                            "drainer.contrib.django",
-                            env=env(migrated, **given.get("env", {})))
-        assert elsewhere.returncode == 0 and summary(elsewhere.stdout)["claimed"] == 0
-    drained = run_cli("drain", "--tasks", "drainer.contrib.django",
-                      env=env(migrated, DATABASE_URL=unreachable, PGHOST="127.0.0.1",
-                              PGPORT="1"))
+    elsewhere = run_cli("drain", "--database-url", db_url, "--tasks",
+                        "drainer.contrib.django", env=env(migrated))
+    assert elsewhere.returncode == 0 and summary(elsewhere.stdout)["claimed"] == 0
+    drained = run_cli("drain", "--tasks", "drainer.contrib.django", env=env(
+        migrated, DRAINER_DATABASE_URL=unreachable, DATABASE_URL=unreachable,
+        PGHOST="127.0.0.1", PGPORT="1"))
     assert drained.returncode == 0, drained.stderr
     assert "embedded" not in drained.stderr and summary(drained.stdout)["done"] == 1
     with psycopg.connect(migrated) as conn:
         assert conn.execute("SELECT status FROM jobs WHERE id = %s", [job]).fetchone() == (
             "done",)
+    # Without drainer among the installed apps, the variables name the database.
+    enqueue_add(migrated)
+    variables = run_cli("drain", "--tasks", "drainer.contrib.django", env=env(
+        migrated, DRAINER_DATABASE_URL=db_url, DRAINER_DJANGO_NO_APP="1"))
+    assert variables.returncode == 0, variables.stderr
+    assert summary(variables.stdout)["claimed"] == 0  # db_url's jobs table has none
 
 
 def test_a_drainer_database_django_does_not_have_is_named(migrated):

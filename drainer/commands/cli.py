@@ -68,9 +68,10 @@ COMMANDS = {
 EPILOG = """\
 Every option also reads the DRAINER_* variable shown in its help; the command
 line wins, and a command reads only the variables of its own options. The
-database URL comes from --database-url, else DRAINER_DATABASE_URL, else Django's
-database when DJANGO_SETTINGS_MODULE is set, else DATABASE_URL (libpq's PG*
-variables fill what the URL leaves out); with none and outside a cloud function an
+database URL comes from --database-url, else Django's database when
+DJANGO_SETTINGS_MODULE is set and drainer.contrib.django installed, else
+DRAINER_DATABASE_URL, else DATABASE_URL (libpq's PG* variables fill what the URL
+leaves out); with none and outside a cloud function an
 embedded PostgreSQL under ./.drainer/ is used.
 
 exit codes: 0 done (a deadline or signal stop included), 1 unexpected error,
@@ -151,7 +152,8 @@ def resolve(args: argparse.Namespace) -> None:
     its DRAINER_* variable, else its default. Only this command's variables are read;
     ConfigError names a bad one."""
     for setting in settings_of(args.command):
-        setattr(args, setting.dest, setting.resolve(getattr(args, setting.dest)))
+        if setting is not s.DATABASE_URL:  # its variables come after Django's: config
+            setattr(args, setting.dest, setting.resolve(getattr(args, setting.dest)))
     if DRAIN in SETTINGS.get(args.command, ()):
         args.queue = s.QUEUES.resolve(args.queue)
 

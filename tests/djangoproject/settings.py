@@ -20,7 +20,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    "drainer.contrib.django",
+    # Left out by DRAINER_DJANGO_NO_APP: Django's Tasks backend alone, as before.
+    *([] if os.environ.get("DRAINER_DJANGO_NO_APP") else ["drainer.contrib.django"]),
     "tests.djangoproject.shop",
     *(["django_tasks"] if os.environ.get("DRAINER_DJANGO_BACKPORT") else []),
 ]
