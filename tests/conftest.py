@@ -87,6 +87,22 @@ def pytest_configure(config: pytest.Config) -> None:
                                 f"known: {', '.join(KNOWN)}, pgNN (e.g. pg15)")
 
 
+# What Google's Functions Framework sets in os.environ as it loads a function.
+FRAMEWORK_SETS = ("FUNCTION_TARGET", "FUNCTION_SIGNATURE_TYPE", "FUNCTION_TRIGGER_TYPE",
+                  "FUNCTION_NAME")
+
+
+@pytest.fixture(autouse=True)
+def framework_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Undo, after each test, what the Functions Framework set in this process's
+    environment (tests/gcp, tests/test_infra_gcp.py): a later test's `python -m
+    drainer` would inherit FUNCTION_TARGET, take itself for a cloud function, and
+    refuse the embedded default."""
+    for name in FRAMEWORK_SETS:
+        monkeypatch.setenv(name, "")  # recorded as it was (absent, most often)
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def declared() -> Iterator[dict]:
     """The declared schedules (and registered tasks), emptied for the test and put back

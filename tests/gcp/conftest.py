@@ -21,10 +21,6 @@ ACCOUNT = f"drainer-invoker@{PROJECT}.iam.gserviceaccount.com"
 SOURCE = ROOT / "handlers" / "gcp.py"
 
 
-FRAMEWORK_SETS = ("FUNCTION_TARGET", "FUNCTION_SIGNATURE_TYPE", "FUNCTION_TRIGGER_TYPE",
-                  "FUNCTION_NAME")
-
-
 @dataclass
 class Cloud:
     tasks: services.Tasks
@@ -37,12 +33,8 @@ def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
         if name.startswith(("DRAINER_", "PG", "GOOGLE_")) or name == "DATABASE_URL":
             monkeypatch.delenv(name)
     monkeypatch.setenv("K_SERVICE", "drainer")  # as on Cloud Run
-    # The framework sets these in os.environ as it loads a function: recorded here so
-    # they are gone after the test (a later test's subprocess would think it runs in
-    # a cloud function, where no embedded server stands in for a database).
-    for name in FRAMEWORK_SETS:
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
+    # What the framework sets as it loads a function is undone after each test by
+    # tests/conftest.py's framework_environment.
     world = Cloud(services.Tasks(), services.Secrets())
     with services.serving(world.tasks, world.secrets) as address:
         tasks, secrets = services.tasks_client(address), services.secrets_client(address)
