@@ -90,7 +90,15 @@ def test_twine_check_passes_on_the_sdist_and_the_wheel(dist):
 
 
 def test_check_wheel_contents_passes(dist):
-    run(sys.executable, "-m", "check_wheel_contents", dist / WHEEL, cwd=dist)
+    # W004 (a module name that is no identifier) but for Django's migrations, which
+    # Django names 0001_..., and imports by path.
+    found = subprocess.run([sys.executable, "-m", "check_wheel_contents", str(dist / WHEEL)],
+                           cwd=dist, capture_output=True, text=True)
+    reported = [line.strip() for line in found.stdout.splitlines()[1:] if line.strip()]
+    assert found.returncode == 0 or (
+        found.stdout.count(": W") == 1 and "W004" in found.stdout
+        and all(line.startswith("drainer/contrib/django/migrations/0") for line in reported)
+    ), found.stdout + found.stderr
 
 
 def test_the_wheel_holds_every_file_of_the_package(dist):
