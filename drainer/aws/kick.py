@@ -78,10 +78,14 @@ def cancel_all() -> None:
 
 
 class Kicker:
-    def __init__(self, function: str, *, interval: float = defaults.KICK_INTERVAL):
-        """`function`: the drainer function's name or ARN (an alias ARN keeps the alias)."""
+    def __init__(self, function: str, *, interval: float = defaults.KICK_INTERVAL,
+                 retry: bool = True):
+        """`function`: the drainer function's name or ARN (an alias ARN keeps the alias).
+        `retry=False`: a failed kick is logged and not sent again, for a process about
+        to exit (a command), which would drop the attempts due later."""
         self.function = function
         self.interval = interval
+        self.retry = retry
         with _registry_lock:
             self._coalescer = _coalescers.setdefault(function, _Coalescer())
 
@@ -96,9 +100,10 @@ class Kicker:
             clients.invoke_async(self.function, events.kick(queue))
         except Exception as exc:  # noqa: BLE001 - a kick must never fail the producer
             failure = f"kick of {self.function} failed ({type(exc).__name__}: {exc})"
-            if attempt == len(RETRY_DELAYS):
-                log.error("%s %d times; the backstop schedule will drain the job",
-                          failure, attempt + 1)
+            if not self.retry or attempt == len(RETRY_DELAYS):
+                times = f" {attempt + 1} times" if attempt else ""
+                log.error("%s%s; the backstop schedule will drain the queue", failure,
+                          times)
                 return
             delay = RETRY_DELAYS[attempt]
             log.warning("%s; sending it again in %g s", failure, delay)
