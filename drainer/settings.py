@@ -153,6 +153,7 @@ class Setting(Generic[T]):
     default: T
     help: str = ""  # for --help; the function-only settings are documented in infra/
     metavar: str | None = None
+    alias: str | None = None  # a shorter option that means the same on the command line
 
     @property
     def option(self) -> str:
@@ -300,6 +301,14 @@ PORT = Setting("port", port_number, 8765, "the dashboard's port (default 8765; 0
 READ_ONLY = Setting(
     "read-only", flag, False,
     "show and accept no action (requeue, cancel): for a role that may only SELECT")
+
+# `resume` and `ui`: the drainer function a resume starts, on AWS Lambda.
+KICK_FUNCTION = Setting[str | None](
+    "kick-function", text, None,
+    "the drainer Lambda function (name or ARN) to invoke once a resume has committed, as "
+    "a producer's kick does, so that the resumed queue drains now rather than at the "
+    "backstop; a failed invoke is logged, the resume stands (the aws extra; default: none)",
+    "FUNCTION", alias="--kick")
 
 # The cloud function only, from its environment (infra/README.md says what each does).
 STATEMENT_TIMEOUT = Setting("statement-timeout", positive_seconds, DEFAULT_STATEMENT_TIMEOUT)

@@ -46,7 +46,7 @@ COMMANDS = {
     "pause": "pause a queue: no drainer claims its jobs (they wait, and wake nothing "
              "up) until `drainer resume`",
     "resume": "resume a paused queue: its jobs run again (a `work` draining it is "
-              "woken at once)",
+              "woken at once; with --kick, the Lambda function is invoked)",
     "failed": "failed jobs, newest first, one line each: id, queue, attempts, created, last "
               "error; `drainer show ID` shows one whole, `drainer requeue ID` runs it again",
     "show": "one job whole, from jobs or the archive: every column, the payload "
@@ -56,8 +56,9 @@ COMMANDS = {
                  "and its outcome; --sync brings them in line with the task modules (a "
                  "deploy step)",
     "ui": "a web dashboard on 127.0.0.1 (the ui extra): queues, jobs, failures by error, "
-          "schedules and doctor, with requeue and cancel; it reads the database only when "
-          "a page is loaded; open the URL it prints, which carries its token",
+          "schedules and doctor, with requeue, cancel, pause and resume; it reads the "
+          "database only when a page is loaded; open the URL it prints, which carries "
+          "its token",
     "demo": "on the embedded database: enqueue sample jobs, drain them, show the result",
     "db": "the embedded PostgreSQL under ./.drainer/: `db url` prints its URL, `db env` "
           "the `export DATABASE_URL=...` line for eval, `db start` keeps it running for "
@@ -116,10 +117,10 @@ SETTINGS: dict[str, tuple[Group, ...]] = {
     "doctor": (DATABASE, DOCTOR), "reap": (DATABASE,),
     "archive": (DATABASE, ("archive", (s.ARCHIVE_AFTER, s.ARCHIVE_FAILED_AFTER))),
     "requeue": (DATABASE,), "cancel": (DATABASE,), "demo": (),
-    "pause": (DATABASE,), "resume": (DATABASE,),
+    "pause": (DATABASE,), "resume": (DATABASE, ("kick", (s.KICK_FUNCTION,))),
     "failed": (DATABASE,), "show": (DATABASE,),
     "schedules": (DATABASE, ("sync", (s.TASKS,))),
-    "ui": (DATABASE, ("dashboard", (s.HOST, s.PORT, s.READ_ONLY, s.TASKS))),
+    "ui": (DATABASE, ("dashboard", (s.HOST, s.PORT, s.READ_ONLY, s.TASKS, s.KICK_FUNCTION))),
     "db": (),  # always the embedded server: no --database-url to mislead
 }
 
@@ -140,10 +141,12 @@ def _add_settings(p: argparse.ArgumentParser, command: str) -> None:
                                 "that has a task) [DRAINER_QUEUES, comma-separated]")
         for setting in group:
             text = f"{setting.help} [{setting.env}]"
+            options = [o for o in (setting.alias, setting.option) if o]
             if setting.parse is flag:
-                g.add_argument(setting.option, action="store_const", const=True, help=text)
+                g.add_argument(*options, dest=setting.dest, action="store_const", const=True,
+                               help=text)
             else:
-                g.add_argument(setting.option, type=_checked(setting.parse),
+                g.add_argument(*options, dest=setting.dest, type=_checked(setting.parse),
                                metavar=setting.metavar, help=text)
 
 

@@ -8,15 +8,14 @@ from .common import emit, log, open_db
 HELP = """\
 The queue's waiting jobs may be claimed again. Resuming sends a NOTIFY, as an
 enqueue does, so every `drainer work` that drains the queue starts at once. On AWS
-Lambda, the function's next wake-up or its backstop drains the queue; to start it
-now, invoke it as a producer's kick does:
+Lambda, the function's next wake-up or its backstop drains the queue; with --kick
+(or DRAINER_KICK_FUNCTION) naming the function, a resume that changed something
+invokes it at once, as a producer's kick does, once the resume has committed (the
+aws extra; one attempt: a failed invoke is logged, and the queue stays resumed):
 
-  drainer resume email
-  aws lambda invoke --function-name drainer --invocation-type Event \\
-      --cli-binary-format raw-in-base64-out \\
-      --payload '{"source": "drainer.enqueue", "queue": "email"}' /dev/null
+  drainer resume email --kick drainer
 
-Resuming a queue that is not paused changes nothing."""
+Resuming a queue that is not paused changes nothing, and kicks nothing."""
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
@@ -24,4 +23,9 @@ def cmd_resume(args: argparse.Namespace) -> None:
         changed = pauses.resume(conn, args.queue)
     if not changed:
         log.info("queue %r was not paused", args.queue)
+    elif args.kick_function:
+        from ..aws.kick import Kicker  # only with a kick: a resume without needs no AWS
+
+        # One attempt, now: a retry in the background would die with this process.
+        Kicker(args.kick_function, retry=False).kick(args.queue)
     emit({"queue": args.queue, "paused": False, "changed": changed})

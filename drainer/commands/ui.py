@@ -59,7 +59,8 @@ def cmd_ui(args: argparse.Namespace) -> None:
     name = psycopg.conninfo.conninfo_to_dict(db.url).get("dbname") or "(default)"
     app = build(Settings(connect=opened, token=token, database=str(name),
                          read_only=args.read_only, known=known,
-                         doctor=partial(diagnose, tasks=known)))
+                         doctor=partial(diagnose, tasks=known),
+                         kick_function=args.kick_function))
     sock = _listening(args.host, args.port)
     print(f"drainer: dashboard at {_url(sock, token)} (Ctrl-C stops it)", flush=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):

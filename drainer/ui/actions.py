@@ -1,12 +1,14 @@
 """The dashboard's actions (POST, with the CSRF field): requeue a failed job, requeue
 a group of them (exactly the ids its confirmation counted), cancel a queued or running
 job, pause or resume a queue. They are `drainer requeue`, `cancel`, `pause` and
-`resume` (drainer.storage.admin and pauses); in
+`resume` (drainer.storage.admin and pauses; a resume kicks the function --kick
+names, as the command does); in
 read-only mode they are refused, and the pages show no button for them."""
 
 from urllib.parse import parse_qs
 
 import psycopg
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -75,7 +77,8 @@ async def cancel(request: Request) -> Response:
 
 async def pause_or_resume(request: Request) -> Response:
     """Pause a queue (no drainer claims its jobs from its next claim on) or resume it
-    (and wake a `work` draining it): `drainer pause` and `drainer resume`."""
+    (and wake a `work` draining it, and kick the function --kick names):
+    `drainer pause` and `drainer resume`."""
     form, refused = await _checked(request)
     if refused:
         return refused
@@ -84,8 +87,18 @@ async def pause_or_resume(request: Request) -> Response:
     def run(conn: psycopg.Connection) -> bool:
         return (pauses.pause if pausing else pauses.resume)(conn, queue)
 
-    await read(ui_of(request), run)
+    changed = await read(ui_of(request), run)  # committed: its connection autocommits
+    function = ui_of(request).settings.kick_function
+    if changed and function and not pausing:
+        await run_in_threadpool(_kick, function, queue)
     return RedirectResponse("/", status_code=303)
+
+
+def _kick(function: str, queue: str) -> None:
+    """Invoke the function for the resumed queue; coalesced, retried, never raises."""
+    from ..aws.kick import Kicker  # only with a kick: a dashboard without needs no AWS
+
+    Kicker(function).kick(queue)
 
 
 ROUTES = [

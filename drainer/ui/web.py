@@ -27,7 +27,8 @@ Doctor = Callable[[psycopg.Connection], Sequence[Any]]  # the findings of `docto
 class Settings:
     """What `drainer ui` hands the app: how to connect (a new connection per request),
     the token, whether actions are hidden, the queues that have a task (with --tasks),
-    the `doctor` checks, and the database's name (the only part of its URL shown)."""
+    the `doctor` checks, the database's name (the only part of its URL shown), and
+    the Lambda function a resume kicks (--kick)."""
 
     connect: Callable[[], psycopg.Connection]
     token: str
@@ -35,6 +36,7 @@ class Settings:
     read_only: bool = False
     known: Sequence[str] | None = None
     doctor: Doctor | None = None
+    kick_function: str | None = None
 
 
 STATIC = {"style.css": "text/css", "live.js": "text/javascript",
