@@ -28,7 +28,7 @@ _CANCELLED_LOCK = threading.Lock()
 Token = tuple[int, int]  # a claim's ownership token: (id, attempts)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Job:
     """A claimed job. `attempts` is this claim's attempt number: the ownership token."""
 
@@ -47,8 +47,19 @@ class Job:
     # looks it up several times a job.
     token: Token = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "token", (self.id, self.attempts))  # frozen
+    def __init__(self, id: int, queue: str, payload: Any, attempts: int,  # noqa: A002
+                 max_attempts: int, meta: Any = None) -> None:
+        # Frozen: each field set through its slot's descriptor. A frozen dataclass's
+        # own __init__ sets them by name through object.__setattr__, at twice the cost:
+        # 1.3 us a job more, a tenth of a no-op drain's time on the client.
+        _SET_ID(self, id)
+        _SET_QUEUE(self, queue)
+        _SET_PAYLOAD(self, payload)
+        _SET_ATTEMPTS(self, attempts)
+        _SET_MAX_ATTEMPTS(self, max_attempts)
+        _SET_META(self, meta)
+        _SET_CANCELLED(self, None)
+        _SET_TOKEN(self, (id, attempts))
 
     @property
     def cancelled(self) -> threading.Event:
@@ -95,6 +106,11 @@ class Job:
         batch hurries its heartbeats only for handlers that watch."""
         return self._cancelled is not None
 
+
+
+(_SET_ID, _SET_QUEUE, _SET_PAYLOAD, _SET_ATTEMPTS, _SET_MAX_ATTEMPTS, _SET_META, _SET_CANCELLED,
+ _SET_TOKEN) = (getattr(Job, name).__set__ for name in (
+    "id", "queue", "payload", "attempts", "max_attempts", "meta", "_cancelled", "token"))
 
 @lru_cache(maxsize=64)
 def _zone(name: str) -> ZoneInfo | None:
