@@ -58,6 +58,7 @@ class Batch:
         tracebacks: bool = False,
         refill: Refill | None = None,
         refill_at: int = 0,
+        refill_lead: Callable[[], int] = lambda: 0,
         pace: Pace | None = None,
         extend_cancelled: Callable[[list[Job]], object] | None = None,
         codecs: Sequence[str] = (),
@@ -69,6 +70,8 @@ class Batch:
         exception's traceback in the outcome (`--verbose`; formatting costs).
         `refill_at`: a refill also waits until that many handler slots are free (a
         drain with limited queues, whose claims take no more jobs than free slots).
+        `refill_lead()`: a refill is asked for once no more than that many jobs wait
+        (at least the last two rounds); read again after each refill.
         `pace`: the handlers' times so far, which this batch's add to (a drain's
         batches share one). `extend_cancelled(jobs)`: the heartbeat of jobs found no
         longer ours whose handler still runs (cancelled: they keep their places until it
@@ -81,7 +84,8 @@ class Batch:
         self.calls = Calls(tasks, freshness.fresh, tracebacks=tracebacks, codecs=codecs)
         self.core = Core(jobs, tasks, concurrency=concurrency, freshness=freshness,
                          may_start=may_start, stop=stop, took=took, refill=refill,
-                         refill_at=refill_at, pace=pace, async_queues=self.calls.async_queues)
+                         refill_at=refill_at, pace=pace, async_queues=self.calls.async_queues,
+                         refill_lead=refill_lead)
         self.slots = Slots(self.core, self.calls, runner, self._heartbeat)
         self.extend, self.extend_cancelled, self.stop = extend, extend_cancelled, stop
 

@@ -127,7 +127,7 @@ class Core:
                  freshness: Freshness, may_start: Callable[[Job], bool],
                  stop: threading.Event, took: Callable[[Job, float], None] | None,
                  refill: Refill | None, refill_at: int, pace: Pace | None,
-                 async_queues: set[str]) -> None:
+                 async_queues: set[str], refill_lead: Callable[[], int] = lambda: 0) -> None:
         self.pending = deque(jobs)
         self.tasks = tasks
         self.cap = concurrency  # jobs in flight at most
@@ -147,7 +147,7 @@ class Core:
         self.lock = threading.Lock()
         self.wake = clock.event()  # set when no slot is left, or a refill is due
         self.active = 0
-        self.refills = Refills(self, refill, refill_at)
+        self.refills = Refills(self, refill, refill_at, refill_lead)
         self.failure: BaseException | None = None  # a refill's error
         # Claims found taken over in the batch's whole run; each is in the outcome of
         # one write-back only.
@@ -305,9 +305,9 @@ class Core:
         return part
 
     def last_rounds(self) -> bool:
-        """Whether the batch's last two rounds of jobs have started, when it asks for a
-        refill; the caller holds the lock."""
-        return len(self.pending) <= 2 * self.cap
+        """Whether the batch's last two rounds of jobs have started, or fewer jobs wait
+        than the refill's lead, when it asks for a refill; the caller holds the lock."""
+        return len(self.pending) <= max(2 * self.cap, self.refills.lead)
 
     def free(self) -> int:
         """Handler slots no running or pending job holds; the caller holds the lock."""
@@ -350,9 +350,16 @@ class Refills:
     """A batch's refills: the one to send (`fn`, None once the batch may refill no
     more), whether one is asked for, whether one is out, and the jobs they landed."""
 
-    def __init__(self, core: Core, fn: Refill | None, at: int) -> None:
+    def __init__(self, core: Core, fn: Refill | None, at: int, lead: Callable[[], int]
+                 ) -> None:
         self.core, self.fn = core, fn
         self.at = at  # free slots a refill waits for (limited queues)
+        # Jobs still to start when a refill is asked for, at most, if more than two
+        # rounds: about a round trip's worth of fast handlers, so that the next jobs
+        # come as these run out rather than after (Sizer.lead). Read again as each
+        # refill comes back, with the times it measured.
+        self.read_lead = lead
+        self.lead = lead()
         self.asked = False
         self.done = clock.event()  # clear while a refill's round trip is out
         self.done.set()
@@ -364,11 +371,13 @@ class Refills:
     def due(self) -> tuple[Refill, Outcome, int] | None:
         """The refill to send now, with what finished (taken out of the outcome) and the
         free handler slots, when one was asked for, none is out and enough slots are
-        free; the caller holds the core's lock. Until a refill's jobs land, slots only free
-        up: a claim of no more than the free slots never leaves a job waiting."""
+        free (or, with a lead, no more jobs wait than it); the caller holds the core's
+        lock. Until a refill's jobs land, slots only free up: a claim of no more than the
+        free slots never leaves a job waiting."""
         core = self.core
         if (self.fn is None or not self.asked or core.closed or core.stop.is_set()
-                or core.failure is not None or not self.done.is_set() or core.free() < self.at
+                or core.failure is not None or not self.done.is_set()
+                or core.free() < self.at - self.lead
                 or (self.idle and not (core.outcome.succeeded or core.outcome.failed))):
             return None
         self.done.clear()
@@ -378,7 +387,9 @@ class Refills:
         """A refill sent when `before` refills had landed came back: `more`, whether the
         batch may refill again, or the `failure` that ends the batch."""
         core = self.core
+        lead = self.read_lead()
         with core.lock:
+            self.lead = lead
             if failure is not None:
                 core.failure = failure
             # The jobs taken while it was out (its own among them) asked for none: as

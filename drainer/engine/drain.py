@@ -203,6 +203,7 @@ class Drain:
             tracebacks=self.options.verbose,
             refill=self.refill if refilled else None,
             refill_at=max(1, self.options.concurrency // 4) if self.limited else 0,
+            refill_lead=(lambda: 0) if self.limited else lambda: self.sizer.lead(self.pace.seconds),
             pace=self.pace, codecs=db.codecs(self.session.conn), runner=self.runner)
         outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
@@ -222,6 +223,7 @@ class Drain:
         except stopping.Unanswered:
             left_unwritten(outcome)
             raise
+        self.sizer.tripped(clock.monotonic() - sent)
         if running.core.failure is not None:
             raise running.core.failure
         return claimed, size, sent
@@ -247,6 +249,7 @@ class Drain:
             self.known.pop(job.token, None)
         claimed = self.written(part, self.claim(size, free) if size else None,
                                [*ended, *lost], joined)
+        self.sizer.tripped(clock.monotonic() - now)
         return self.sizer.refills(size, len(claimed), limited=bool(self.limited),
                                   refilling=True)
 

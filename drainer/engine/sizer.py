@@ -4,9 +4,6 @@ import math
 
 MAX_INT = 2**63 - 1  # PostgreSQL's bigint: job ids, a claim's LIMIT
 
-# Seconds a batch's last two rounds of handlers must be expected to take for the batch
-# to be refilled as they run: about a write-back's round trip.
-REFILL_AFTER = 0.002
 
 
 class Sizer:
@@ -33,6 +30,7 @@ class Sizer:
         self.size = pinned or min(self.most, max(self.START, concurrency))
         self.per_job: float | None = None  # observed wall seconds per job, smoothed
         self.longest: dict[str, float] = {}  # queue -> the longest handler run seen
+        self.trip: float | None = None  # a write-back's and claim's round trip, smoothed
 
     def took(self, queue: str, seconds: float) -> None:
         """Learn how long one of `queue`'s handlers ran (as soon as it ends)."""
@@ -50,6 +48,21 @@ class Sizer:
             self.size = max(self.least, self.size // 2)
         elif full and wall < self.TARGET / 2:
             self.size = min(self.most, self.size * 2)
+
+    def tripped(self, seconds: float) -> None:
+        """Learn how long a write-back with the next claim took, answer read."""
+        self.trip = seconds if self.trip is None else 0.7 * self.trip + 0.3 * seconds
+
+    def lead(self, handler: float | None) -> int:
+        """How many jobs still to start a refill is asked for at most: as many as the
+        handler slots run in one round trip, from the handlers' time (`handler`, seconds
+        a handler runs: Pace) and the round trips seen so far, and no more than a claim
+        holds. Then the next claim's jobs come as the last ones end, and the database
+        works on the claim while the handlers run: for handlers of microseconds, a
+        batch's round trip took longer than its handlers, one after the other."""
+        if self.trip is None or handler is None:
+            return 0
+        return min(self.size, math.ceil(self.trip * self.concurrency / max(handler, 1e-9)))
 
     def fits(self, remaining: float | None) -> int:
         """The next claim's size, 0 when no job could finish in `remaining` seconds."""
@@ -87,10 +100,9 @@ class Sizer:
         then waits for a result to write back, Batch): each refill waits for a quarter of
         the slots to be free (Batch's refill_at), so the slots do not wait for the
         batch's slowest job, whatever the time per job seen so far: once the refills of
-        fast jobs are quick, that time says nothing of a slow one holding a slot. No
-        other batch is refilled when its last two rounds are expected to take less than
-        REFILL_AFTER, by the time per job seen so far (fast handlers, few slots):
-        writing back meanwhile would gain nothing but a thread's hand-off."""
+        fast jobs are quick, that time says nothing of a slow one holding a slot. Any
+        other batch is asked to refill as its last rounds start, or earlier by the
+        lead (see `lead`), so its next jobs come as these run out."""
         if limited:
             # Even when this claim took none: the batch's jobs that finish later must be
             # written back as they do (Batch waits for one before the next refill), or
@@ -98,7 +110,4 @@ class Sizer:
             # batch's slowest job ends.
             return size > 0 and (claimed > 0 or refilling)
         rounds = 2 * self.concurrency
-        per_job = self.per_job
-        if per_job is not None and rounds * per_job < REFILL_AFTER:
-            return False
         return size > 0 and claimed == size and size >= rounds

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import freezegun
 import psycopg
+import pytest
 from freezegun import freeze_time
 
 import drainer
@@ -285,3 +286,19 @@ def test_sizer_starts_at_one_round_of_handlers_and_holds_two_at_most():
     widest = Sizer(concurrency=2**63 - 1)  # --concurrency's most: a claim's LIMIT is a bigint
     widest.observe(widest.size, 0.001, full=True)
     assert widest.size == widest.least == widest.most == 2**63 - 1
+
+
+@pytest.mark.parametrize(("trip", "handler", "concurrency", "size", "lead"), [
+    (None, 1e-6, 1, 500, 0),  # no round trip seen yet: at the last rounds, as before
+    (0.02, None, 1, 500, 0),  # no handler timed yet
+    (0.02, 1e-6, 1, 500, 500),  # no-op handlers: a whole claim ahead
+    (0.02, 1e-6, 1, 40, 40),  # never more than a claim holds
+    (0.02, 0.001, 1, 500, 20),  # 1 ms handlers: a trip's worth, 20 jobs
+    (0.02, 0.001, 4, 500, 80),  # four slots run four times as many in a trip
+    (0.002, 0.01, 8, 500, 2),  # slow handlers: less than the two rounds asked for anyway
+])
+def test_the_refill_lead_is_a_round_trip_of_handlers(trip, handler, concurrency, size, lead):
+    sizer = Sizer(pinned=size, concurrency=concurrency)
+    if trip is not None:
+        sizer.tripped(trip)
+    assert sizer.lead(handler) == lead

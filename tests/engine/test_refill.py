@@ -527,3 +527,30 @@ def test_a_drain_with_nothing_ready_near_its_deadline_says_empty(conn):
                             deadline=clock.monotonic() + 30))
     assert (summary.stopped, summary.claimed) == ("deadline", 0), summary
 
+
+
+def test_fast_handlers_refill_a_round_trip_ahead_of_running_out():
+    """With a lead of 40 jobs, the refill goes out while the 11th of 50 jobs runs (39
+    wait), not as the last ones start: the database works on the next claim while the
+    handlers run. The 11th waits (5 s at most) for the refill to be sent."""
+    sent = threading.Event()
+    ran: list[int] = []
+    parts: list[list[int]] = []
+
+    def handler(job: Job) -> None:
+        ran.append(job.id)
+        if job.id == 11:
+            sent.wait(5)
+
+    def refill(part: Outcome, land: Land, free: int) -> bool:
+        parts.append([j.id for j in part.succeeded])
+        sent.set()
+        land([])
+        return False
+
+    outcome = Batch([Job(i, "default", None, 1, 5) for i in range(1, 51)],
+                    {"default": handler}, concurrency=1, lease=timedelta(minutes=5),
+                    extend=lambda js: {j.token for j in js}, may_start=lambda j: True,
+                    stop=threading.Event(), refill=refill, refill_lead=lambda: 40).run()
+    assert parts and len(parts[0]) <= 10  # sent with the first ten's results at most
+    assert ran == list(range(1, 51)) and len(outcome.succeeded) + len(parts[0]) == 50
