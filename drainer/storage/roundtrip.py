@@ -277,17 +277,28 @@ def _write_back(conn: psycopg.Connection, succeeded: Sequence[Job], failures: Fa
     params = _guarded(conn, failures=failures, done=succeeded, released=released, now=now)
     if params is None and same_transaction is None:
         return None
+    text = settle_sql(sql.features(conn).done_at)  # read before the pipeline, not in it
 
     def write() -> psycopg.Cursor | None:
         if results:
             kept = [job for job in succeeded if job.token in results]
             sql.run(conn, "keep_results", {**pairs(kept),
                                            "results": [results[job.token] for job in kept]})
-        written = sql.run(conn, "settle", params) if params else None
+        written = sql.execute(conn, text, params) if params else None
         if same_transaction is not None:
             same_transaction(conn)
         return written
     return write
+
+
+_DONE_AT = "    done_at      = CASE WHEN t.target = 'done' THEN now() ELSE j.done_at END,\n"
+
+
+def settle_sql(done_at: bool) -> str:
+    """`settle` for the schema: a table without the done_at column (made by hand, or
+    before migration 5) gets the statement without the line that sets it."""
+    text = sql.QUERIES["settle"]
+    return text if done_at else text.replace(_DONE_AT, "")
 
 
 def _idle(conn: psycopg.Connection) -> bool:

@@ -22,7 +22,9 @@
 -- the rows still ours, with the new run_at of each job queued again, so the log line
 -- says when it is due (a done row's run_at may be a time Python cannot hold: not read).
 -- A job failed for good gets run_at now, when it failed (archiving judges its age by
--- it: a job that waited past the failed retention must not leave as it fails). The
+-- it: a job that waited past the failed retention must not leave as it fails); a job
+-- done gets done_at now (on a table without the column, storage.roundtrip.settle_sql
+-- leaves that line out; migration 15 keeps the jobs_done_at trigger out of it). The
 -- backoff's exponent is capped before the power (2^9 * 10 s is past the hour
 -- already): 10 s * 2^40 overflows, and would fail the whole batch. A NULL
 -- max_attempts (a hand-made table may allow it) counts as the column default, 5.
@@ -44,6 +46,7 @@ SET status       = CASE WHEN t.target = 'snooze' THEN 'queued'
                         WHEN t.target IN ('retry', 'failed') THEN coalesce(%(now)s, now())
                         ELSE j.run_at END,
     locked_until = NULL,
+    done_at      = CASE WHEN t.target = 'done' THEN now() ELSE j.done_at END,
     last_error   = CASE WHEN t.target IN ('retry', 'failed') THEN t.error
                         ELSE j.last_error END
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
