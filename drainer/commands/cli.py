@@ -243,10 +243,8 @@ default: --archive-failed-after of `drain`, `work` and `archive`); `drainer show
 then finds them in the archive, when `migrate` created it."""
 
 
-def _add_failed_and_show(failed: argparse.ArgumentParser, show: argparse.ArgumentParser
-                         ) -> None:
-    """The inspection commands' arguments: what a user reaches for after a drain's
-    summary counts failures."""
+def _add_failed(failed: argparse.ArgumentParser) -> None:
+    """What a user reaches for after a drain's summary counts failures."""
     from .failed import DEFAULT_LIMIT
 
     failed.epilog = f"{FAILED_EPILOG}\n\n{EPILOG}"
@@ -257,24 +255,36 @@ def _add_failed_and_show(failed: argparse.ArgumentParser, show: argparse.Argumen
     failed.add_argument("--json", action="store_true",
                         help="one JSON document, each last error in full (text mode cuts "
                              "lines to the terminal's width)")
+
+
+def _add_show(show: argparse.ArgumentParser) -> None:
     show.add_argument("id", metavar="ID", type=_checked(positive_int),
                       help="the job's id, as a failure's log line or `drainer failed` names it")
     show.add_argument("--json", action="store_true",
                       help="the row as one JSON object, its columns in table order")
 
 
-def _add_pause_and_resume(pause: argparse.ArgumentParser, resume: argparse.ArgumentParser
-                          ) -> None:
-    """The queue each names, and the help that says what a pause stops and what not."""
-    from .pause import HELP as PAUSE_HELP
-    from .resume import HELP as RESUME_HELP
-
-    for p, more in ((pause, PAUSE_HELP), (resume, RESUME_HELP)):
-        p.description = f"{p.description}.\n\n{more}"
-        p.add_argument("queue", metavar="QUEUE", type=check_queue_arg, help="the queue")
+def _add_queue_and_help(p: argparse.ArgumentParser, more: str) -> None:
+    """`pause` and `resume`: the queue, and the help that says what a pause stops."""
+    p.description = f"{p.description}.\n\n{more}"
+    p.add_argument("queue", metavar="QUEUE", type=check_queue_arg, help="the queue")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_pause(p: argparse.ArgumentParser) -> None:
+    from .pause import HELP
+
+    _add_queue_and_help(p, HELP)
+
+
+def _add_resume(p: argparse.ArgumentParser) -> None:
+    from .resume import HELP
+
+    _add_queue_and_help(p, HELP)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with `only` (the command argv names), that command's
+    alone: building all 22 took a fifth of a drain's start beyond psycopg's import."""
     top = _Parser(prog="drainer", description="Run background jobs out of a PostgreSQL "
                   "table, then exit so the database can scale to zero.", epilog=EPILOG,
                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -282,10 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     parsers = {name: sub.add_parser(name, help=text, description=text, epilog=EPILOG,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-               for name, text in COMMANDS.items()}
+               for name, text in COMMANDS.items() if only in (None, name)}
     for name, p in parsers.items():
         _add_settings(p, name)
-    e = parsers["enqueue"]
+        if name in _ARGUMENTS:
+            _ARGUMENTS[name](p)
+    return top
+
+
+def _add_enqueue(e: argparse.ArgumentParser) -> None:
     e.add_argument("queue", metavar="QUEUE", help="the queue to add to")
     e.add_argument("payload", metavar="JSON", nargs="?",
                    help="the payload; omit it to read one JSON document per line from stdin")
@@ -305,29 +320,42 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--replace", action="store_true",
                    help="with --key: a queued holder takes this payload, run time and "
                         "priority (a running one is left as it is)")
-    parsers["stats"].add_argument("--json", action="store_true", help="one JSON document")
-    parsers["doctor"].add_argument("--json", action="store_true", help="one JSON document")
-    r = parsers["requeue"]
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON document")
+
+
+def _add_requeue(r: argparse.ArgumentParser) -> None:
     r.add_argument("ids", metavar="ID", nargs="*", type=_checked(positive_int),
                    help="failed job ids")
     r.add_argument("--queue", type=check_queue_arg, help="every failed job of this queue")
-    parsers["cancel"].add_argument(
+
+
+def _add_cancel(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
         "ids", metavar="ID", nargs="+", type=_checked(positive_int),
         help="queued or running job ids; each that is one is cancelled. A job already done "
              "or failed is left as it is, and named on stderr; an id that is no job (in "
              "jobs or the archive) is named too, and makes the exit status 1")
-    _add_failed_and_show(parsers["failed"], parsers["show"])
-    _add_pause_and_resume(parsers["pause"], parsers["resume"])
-    sc = parsers["schedules"]
+
+
+def _add_schedules(sc: argparse.ArgumentParser) -> None:
     sc.add_argument("--sync", action="store_true",
                     help="store the schedules the task modules (--tasks) declare: new ones "
                          "get their next slot, changed ones move, ones no module of their "
                          "queue declares any more are withdrawn; a drain does the same for "
                          "its queues, but --sync also brings back a definition newer code "
                          "had replaced (it is the deploy's word)")
-    sc.add_argument("--json", action="store_true", help="one JSON document")
-    _add_db_actions(parsers["db"])
-    return top
+    _add_json(sc)
+
+
+# Each command's own arguments, beyond its settings (SETTINGS).
+_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "enqueue": _add_enqueue, "stats": _add_json, "doctor": _add_json,
+    "requeue": _add_requeue, "cancel": _add_cancel, "failed": _add_failed,
+    "show": _add_show, "pause": _add_pause, "resume": _add_resume,
+    "schedules": _add_schedules, "db": _add_db_actions}
 
 
 def _priority(text: str) -> int:
@@ -399,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     secret = None
     try:
         given = _argv(sys.argv[1:] if argv is None else argv)
-        args = build_parser().parse_args(given)
+        args = build_parser(given[0] if given[0] in COMMANDS else None).parse_args(given)
         args.argv = given  # as given: --processes starts members with the same
         secret = password_of(config.database_url(getattr(args, "database_url", None)))
         resolve(args)
