@@ -12,7 +12,6 @@ Cron expressions are parsed and evaluated by cronsim, which follows Debian's cro
 daylight-saving changes included (see `Schedule`).
 """
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
@@ -114,6 +113,8 @@ class Schedule:
         """A hash of what the code declares: a change of it is a new definition."""
         text = json.dumps([self.queue, self.expression, self.tz, self.body, self.catch_up,
                            self.max_attempts], sort_keys=True, separators=(",", ":"))
+        import hashlib  # only drains with schedules pay for its import
+
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def _cron(self, start: datetime, *, reverse: bool = False) -> "CronSim":

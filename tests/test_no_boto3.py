@@ -1,7 +1,8 @@
 """The command line never imports boto3 nor Google's libraries (a few hundred ms of
 start-up each): only drainer.aws and drainer.gcp do, when they first need them. Nor
 the dashboard's libraries (Starlette, Jinja2, uvicorn): only `drainer ui` does. A
-resume loads drainer.aws only when it kicks the function."""
+resume loads drainer.aws only when it kicks the function. A drain of one process
+imports neither what `--processes` needs nor what only schedules do."""
 
 import json
 
@@ -26,6 +27,8 @@ def test_a_local_drain_imports_no_cloud_library(db_url):
     assert not modules & {"boto3", "botocore", "moto"}
     assert not modules & {"starlette", "jinja2", "uvicorn", "anyio", "markupsafe"}
     assert not modules & {"google", "functions_framework", "grpc", "flask", "cloudevents"}
+    assert "cronsim" not in modules
+    assert "drainer.commands.members" not in proc.stderr
 
 
 def test_a_resume_without_a_kick_imports_no_cloud_library(conn, db_url):

@@ -13,7 +13,6 @@ from .. import settings as s
 from ..engine.session import first_session
 from ..run import Options, Summary, drain
 from ..tasks import Handler
-from . import members
 from .common import emit, handlers_of, log, open_db, options_of
 from .progress import Progress
 from .signals import exit_code, ignore_signals, stop_on_signals
@@ -61,6 +60,8 @@ def hint_failures(summary: Summary) -> None:
 
 def cmd_drain(args: argparse.Namespace) -> int | None:
     if args.processes > 1:
+        from . import members  # only here: a drain of one process never pays its import
+
         return members.run(args)
     handlers, queues = handlers_of(args)
     stop = stop_on_signals()

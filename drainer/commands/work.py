@@ -26,7 +26,6 @@ from ..run import COUNTS, Options, Summary, drain
 from ..settings import DEFAULT_POLL
 from ..storage import sql
 from ..tasks import Handler
-from . import members
 from .common import emit, handlers_of, open_db, options_of
 from .drain import hint_failures
 from .progress import closing, totals
@@ -242,6 +241,8 @@ def work(
 
 def cmd_work(args: argparse.Namespace) -> int | None:
     if args.processes > 1:
+        from . import members  # only here: a drain of one process never pays its import
+
         return members.run(args)
     handlers, queues = handlers_of(args)
     db = config.resolve_database(args.database_url)
