@@ -26,7 +26,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -64,7 +64,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -95,7 +95,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -133,7 +133,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -164,7 +164,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -202,7 +202,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -233,7 +233,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -271,7 +271,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -318,7 +318,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -386,7 +386,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -433,7 +433,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -501,7 +501,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT NULL::jsonb) AS meta
+            (NULL::jsonb) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -548,7 +548,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -616,7 +616,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -663,7 +663,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -731,7 +731,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -778,7 +778,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -846,7 +846,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -893,7 +893,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -961,7 +961,7 @@ LIMIT 100), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (SELECT 1)
 SELECT c.id, c.queue, (c.payload), c.attempts, c.max_attempts, c.meta
 FROM claimed c JOIN next n ON n.id = c.id
@@ -1002,7 +1002,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1048,7 +1048,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1095,7 +1095,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1142,7 +1142,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1246,7 +1246,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1354,7 +1354,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1465,7 +1465,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1576,7 +1576,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, statement_timestamp() FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1622,7 +1622,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1668,7 +1668,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1715,7 +1715,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1762,7 +1762,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1866,7 +1866,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -1974,7 +1974,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -2085,7 +2085,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
@@ -2196,7 +2196,7 @@ WHERE ranked.rank <= %(take)s), claimed AS (
                                'can be counted; lower it to run this job again' END
   WHERE j.id = ANY(ARRAY(SELECT id FROM next))
   RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.status,
-            (SELECT j.meta) AS meta
+            (j.meta) AS meta
 ), started AS (INSERT INTO drainer_starts (queue, at)
 SELECT c.queue, coalesce(%(now)s, now()) FROM claimed c
 WHERE c.status = 'running' AND c.queue = ANY(%(rated)s::text[])
