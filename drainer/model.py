@@ -61,6 +61,10 @@ class Job:
         _SET_CANCELLED(self, None)
         _SET_TOKEN(self, (id, attempts))
 
+    def __post_init__(self) -> None:
+        """The token, for a dataclass subclass: its generated __init__ calls this."""
+        _SET_TOKEN(self, (self.id, self.attempts))
+
     @property
     def cancelled(self) -> threading.Event:
         """Set at the next lease heartbeat that finds the job no longer this worker's

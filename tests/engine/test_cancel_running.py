@@ -4,6 +4,7 @@ CANCEL_CHECK seconds only while a handler looks. The batch alone, its time drive
 through the clock seam; then a real drain process and `drainer cancel`."""
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
@@ -109,6 +110,21 @@ def test_the_event_is_made_once_when_first_asked_for_and_is_no_part_of_the_jobs_
         "id", "queue", "payload", "attempts", "max_attempts", "meta")
     with pytest.raises(TypeError):
         Job(1, "default", {}, 1, 5, None, threading.Event())  # not a constructor argument
+
+
+def test_a_job_and_a_dataclass_subclass_of_it_carry_their_token():
+    """Job sets its fields itself; a dataclass subclass's generated __init__ still gets
+    the token (from __post_init__), as does dataclasses.replace."""
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Traced(Job):
+        trace: str = ""
+
+    assert Traced(7, "default", {}, 2, 5).token == (7, 2) == a_job_with(7, 2).token
+    assert dataclasses.replace(a_job_with(7, 2), attempts=3).token == (7, 3)
+
+
+def a_job_with(job_id: int, attempts: int) -> Job:
+    return Job(job_id, "default", None, attempts, 5)
 
 
 # -- the batch's heartbeats ------------------------------------------------------------
