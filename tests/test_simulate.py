@@ -179,7 +179,7 @@ def test_the_replay_runs_the_function_s_own_decisions(replays, monkeypatch):
 def test_the_replay_runs_drainer_s_own_drain(replays, monkeypatch):
     # A drain that may claim nothing leaves every job of the day queued.
     day = parse(BURST)
-    monkeypatch.setattr(Sizer, "fits", lambda self, remaining: 0)
+    monkeypatch.setattr(Sizer, "fits", lambda self, remaining, ahead=0: 0)
     for strategy in (Cron(900), Ours()):
         assert replay(day, TIMEOUT, strategy, replays).unfinished == len(day.specs)
 

@@ -153,11 +153,13 @@ class Drain:
         deadline = self.options.deadline
         return None if deadline is None else deadline - clock.monotonic()
 
-    def next_size(self) -> tuple[int, str]:
-        """The next claim's size, or 0 and why the drain stops instead."""
+    def next_size(self, ahead: int = 0) -> tuple[int, str]:
+        """The next claim's size, or 0 and why the drain stops instead; `ahead`: jobs
+        the drain holds that run before the claim's (a refill's), whose time the
+        deadline leaves less of."""
         if self.stop.is_set():
             return 0, "signal"
-        size = self.sizer.fits(self.remaining())
+        size = self.sizer.fits(self.remaining(), ahead)
         return (size, "empty") if size >= 1 else (0, "deadline")
 
     def may_start(self, job: model.Job) -> bool:
@@ -203,7 +205,7 @@ class Drain:
             tracebacks=self.options.verbose,
             refill=self.refill if refilled else None,
             refill_at=max(1, self.options.concurrency // 4) if self.limited else 0,
-            refill_lead=(lambda: 0) if self.limited else lambda: self.sizer.lead(self.pace.seconds),
+            refill_lead=(lambda: 0) if self.limited else self.sizer.lead,
             pace=self.pace, codecs=db.codecs(self.session.conn), runner=self.runner)
         outcome = running.run()
         started = len(outcome.succeeded) + len(outcome.failed) + len(outcome.abandoned)
@@ -223,7 +225,6 @@ class Drain:
         except stopping.Unanswered:
             left_unwritten(outcome)
             raise
-        self.sizer.tripped(clock.monotonic() - sent)
         if running.core.failure is not None:
             raise running.core.failure
         return claimed, size, sent
@@ -235,7 +236,8 @@ class Drain:
         now = clock.monotonic()
         self.sizer.observe(len(part.succeeded) + len(part.failed), now - self.mark, full=True)
         self.mark = now
-        size, self.summary.stopped = self.next_size()
+        # The jobs still running or waiting run first (free: the slots none holds).
+        size, self.summary.stopped = self.next_size(self.options.concurrency - free)
         ended = [*part.succeeded, *(job for job, _ in part.failed)]
         lost = [self.known[t] for t in part.lost if t in self.known]
 
@@ -249,7 +251,6 @@ class Drain:
             self.known.pop(job.token, None)
         claimed = self.written(part, self.claim(size, free) if size else None,
                                [*ended, *lost], joined)
-        self.sizer.tripped(clock.monotonic() - now)
         return self.sizer.refills(size, len(claimed), limited=bool(self.limited),
                                   refilling=True)
 
@@ -278,7 +279,9 @@ class Drain:
         """Write `outcome` back with `claim_next`, and count, log, trace and tell the
         hooks of it; `jobs`: those it may hold. `land(claimed)` comes first: a refill's
         jobs join their batch before anything here may fail or wait."""
+        sent = clock.monotonic()
         settled = settle(self.session, outcome, claim_next, self.db_now)
+        self.sizer.tripped(clock.monotonic() - sent)  # the round trip alone: no hooks
         if claim_next is not None:
             self.summary.took(len(settled.claimed), claim_next)
         if land is not None:

@@ -53,21 +53,29 @@ class Sizer:
         """Learn how long a write-back with the next claim took, answer read."""
         self.trip = seconds if self.trip is None else 0.7 * self.trip + 0.3 * seconds
 
-    def lead(self, handler: float | None) -> int:
-        """How many jobs still to start a refill is asked for at most: as many as the
-        handler slots run in one round trip, from the handlers' time (`handler`, seconds
-        a handler runs: Pace) and the round trips seen so far, and no more than a claim
-        holds. Then the next claim's jobs come as the last ones end, and the database
-        works on the claim while the handlers run: for handlers of microseconds, a
-        batch's round trip took longer than its handlers, one after the other."""
-        if self.trip is None or handler is None:
+    def lead(self) -> int:
+        """How many jobs still to start a refill is asked for and sent at most: as
+        many as the drain runs in two round trips, by the write-backs' round trips
+        and the wall time per job seen so far (twice: both vary, and a drain bound by
+        the database runs a claim's jobs in about one round trip); no more than a
+        claim holds; and 0 unless that is more than two rounds of handlers (a refill
+        then goes as the last round starts, as for slow handlers). The database works
+        on the next claim while the handlers run: for handlers of microseconds, a
+        batch's round trip took longer than its handlers, one after the other. The
+        time per job is the batches' own, so jobs that turn slow shrink the lead
+        within a refill or two."""
+        if self.trip is None or not self.per_job:
             return 0
-        return min(self.size, math.ceil(self.trip * self.concurrency / max(handler, 1e-9)))
+        ahead = min(self.size, math.ceil(2 * self.trip / self.per_job))
+        return ahead if ahead > 2 * self.concurrency else 0
 
-    def fits(self, remaining: float | None) -> int:
-        """The next claim's size, 0 when no job could finish in `remaining` seconds."""
+    def fits(self, remaining: float | None, ahead: int = 0) -> int:
+        """The next claim's size, 0 when no job could finish in `remaining` seconds;
+        `ahead`: jobs already held that run first (a refill's batch still runs)."""
         if remaining is None:
             return self.size
+        if self.per_job is not None:
+            remaining -= ahead * self.per_job
         if remaining <= 0:
             return 0
         if self.per_job is None:

@@ -288,17 +288,42 @@ def test_sizer_starts_at_one_round_of_handlers_and_holds_two_at_most():
     assert widest.size == widest.least == widest.most == 2**63 - 1
 
 
-@pytest.mark.parametrize(("trip", "handler", "concurrency", "size", "lead"), [
-    (None, 1e-6, 1, 500, 0),  # no round trip seen yet: at the last rounds, as before
-    (0.02, None, 1, 500, 0),  # no handler timed yet
-    (0.02, 1e-6, 1, 500, 500),  # no-op handlers: a whole claim ahead
-    (0.02, 1e-6, 1, 40, 40),  # never more than a claim holds
-    (0.02, 0.001, 1, 500, 20),  # 1 ms handlers: a trip's worth, 20 jobs
-    (0.02, 0.001, 4, 500, 80),  # four slots run four times as many in a trip
-    (0.002, 0.01, 8, 500, 2),  # slow handlers: less than the two rounds asked for anyway
+@pytest.mark.parametrize(("trip", "per_job", "concurrency", "size", "lead"), [
+    (None, 1e-5, 1, 500, 0),  # no round trip seen yet: at the last rounds, as before
+    (0.02, None, 1, 500, 0),  # no batch timed yet
+    (0.02, 4e-5, 1, 500, 500),  # no-op handlers, bound by the database: a whole claim
+    (0.02, 4e-5, 1, 40, 40),  # never more than a claim holds
+    (0.02, 0.001, 1, 500, 40),  # 1 ms a job: two round trips' worth, 40 jobs
+    (0.02, 0.001, 8, 500, 40),  # the same with 8 slots: 40 jobs are more than 2 rounds
+    (0.02, 0.008, 4, 500, 0),  # 5 jobs are no more than two rounds of 4: as before
+    (0.02, 10.0, 1, 500, 0),  # slow handlers: at the last round, as before
 ])
-def test_the_refill_lead_is_a_round_trip_of_handlers(trip, handler, concurrency, size, lead):
+def test_the_refill_lead_is_a_round_trip_of_jobs(trip, per_job, concurrency, size, lead):
     sizer = Sizer(pinned=size, concurrency=concurrency)
     if trip is not None:
         sizer.tripped(trip)
-    assert sizer.lead(handler) == lead
+    if per_job is not None:
+        sizer.observe(100, 100 * per_job, full=True)
+    assert sizer.lead() == lead
+
+
+def test_the_lead_shrinks_as_soon_as_a_batch_of_slow_jobs_is_seen():
+    """Learnt on no-op jobs (a whole claim ahead), the lead follows the batches' own
+    time per job: one refill's worth of 2 ms jobs brings it under a tenth of a claim,
+    so a drain whose jobs turn slow stops claiming far ahead of them."""
+    sizer = Sizer(pinned=500)
+    sizer.tripped(0.02)
+    sizer.observe(500, 0.02, full=True)  # bound by the database: 40 us a job
+    assert sizer.lead() == 500
+    sizer.observe(500, 1.0, full=True)  # 2 ms a job
+    assert 2 < sizer.lead() <= 100
+
+
+def test_a_refill_leaves_time_for_the_jobs_still_held_before_the_deadline():
+    """A refill's claim is sized by the time left once the jobs its batch still holds
+    have run: with 1 s left at 10 ms a job, 40 jobs held leave room for 60, not 100."""
+    sizer = Sizer(pinned=500)
+    sizer.observe(100, 1.0, full=True)
+    assert sizer.fits(1.0) == 100
+    assert sizer.fits(1.0, ahead=40) == 60
+    assert sizer.fits(1.0, ahead=100) == 0

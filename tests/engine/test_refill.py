@@ -16,6 +16,7 @@ from drainer import clock
 from drainer.engine.batch import Batch
 from drainer.engine.core import Core
 from drainer.engine.outcome import Land, Outcome
+from drainer.engine.sizer import Sizer
 from drainer.model import Job
 from drainer.run import Options, Summary, drain
 from tests.helpers import wait_until
@@ -554,3 +555,32 @@ def test_fast_handlers_refill_a_round_trip_ahead_of_running_out():
                     stop=threading.Event(), refill=refill, refill_lead=lambda: 40).run()
     assert parts and len(parts[0]) <= 10  # sent with the first ten's results at most
     assert ran == list(range(1, 51)) and len(outcome.succeeded) + len(parts[0]) == 50
+
+
+def test_slow_handlers_refill_as_their_last_job_starts_as_before():
+    """Slow handlers get no lead (Sizer.lead: a round trip runs fewer jobs than two
+    rounds): the refill goes as the batch's last job starts, never while one waits.
+    Job 3 waits (3 s at most) for a refill sent too early."""
+    sent = threading.Event()
+    waiting: list[int] = []
+    pending = {1, 2, 3, 4}
+    sizer = Sizer(pinned=4, concurrency=1)
+    sizer.tripped(0.02)
+    sizer.observe(4, 40.0, full=True)  # 10 s a job
+
+    def handler(job: Job) -> None:
+        pending.discard(job.id)
+        if job.id == 3:
+            sent.wait(3)
+
+    def refill(part: Outcome, land: Land, free: int) -> bool:
+        waiting.append(len(pending))
+        sent.set()
+        land([])
+        return False
+
+    Batch([Job(i, "default", None, 1, 5) for i in range(1, 5)], {"default": handler},
+          concurrency=1, lease=timedelta(minutes=5), extend=lambda js: {j.token for j in js},
+          may_start=lambda j: True, stop=threading.Event(), refill=refill,
+          refill_lead=sizer.lead).run()
+    assert waiting == [0]
