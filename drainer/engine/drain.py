@@ -155,8 +155,7 @@ class Drain:
 
     def next_size(self, ahead: int = 0) -> tuple[int, str]:
         """The next claim's size, or 0 and why the drain stops instead; `ahead`: jobs
-        the drain holds that run before the claim's (a refill's), whose time the
-        deadline leaves less of."""
+        held that run first (a refill's: those its batch still runs or waits to)."""
         if self.stop.is_set():
             return 0, "signal"
         size = self.sizer.fits(self.remaining(), ahead)
@@ -236,7 +235,6 @@ class Drain:
         now = clock.monotonic()
         self.sizer.observe(len(part.succeeded) + len(part.failed), now - self.mark, full=True)
         self.mark = now
-        # The jobs still running or waiting run first (free: the slots none holds).
         size, self.summary.stopped = self.next_size(self.options.concurrency - free)
         ended = [*part.succeeded, *(job for job, _ in part.failed)]
         lost = [self.known[t] for t in part.lost if t in self.known]
