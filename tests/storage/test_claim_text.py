@@ -1,5 +1,5 @@
 """Every claim a drain can send is checked in as the text the server receives
-(drainer/storage/queries/claims.generated.sql), and the statement files load as one
+(drainer/storage/queries/claims.*.generated.sql), and the statement files load as one
 set of uniquely named statements."""
 
 from datetime import timedelta
@@ -11,24 +11,39 @@ from drainer.storage import claim_text, roundtrip, sql
 from drainer.storage.claim import MANY_QUEUES
 from drainer.storage.limits import Limits
 
-GENERATED = files("drainer").joinpath("storage", "queries", "claims.generated.sql")
+QUERIES = files("drainer").joinpath("storage", "queries")
 LEASE = timedelta(minutes=5)
 
 
 @pytest.mark.once
 def test_the_checked_in_claims_are_the_ones_the_code_sends():
-    assert GENERATED.read_text(encoding="utf-8") == claim_text.render(), (
-        "claims.generated.sql differs from the claims the code builds: review the "
-        f"difference, then regenerate it with `{claim_text.REGENERATE}`")
+    generated = {name: QUERIES.joinpath(name).read_text(encoding="utf-8")
+                 for name in claim_text.render()}
+    written = {p.name for p in QUERIES.iterdir() if p.name.endswith(".generated.sql")}
+    assert written == set(generated) and generated == claim_text.render(), (
+        "the claims.*.generated.sql files differ from the claims the code builds: review "
+        f"the difference, then regenerate them with `{claim_text.REGENERATE}`")
 
 
 @pytest.mark.once
 def test_each_variant_is_written_once_under_its_header():
-    text = GENERATED.read_text(encoding="utf-8")
     variants = claim_text.variants()
-    assert len(set(variants.values())) == len(variants) == 36
+    assert len(set(variants.values())) == len(variants) == 18
     for name in variants:
+        text = QUERIES.joinpath(claim_text.file_of(name)).read_text(encoding="utf-8")
         assert text.count(f"\n-- variant: {name}\n") == 1
+
+
+def test_a_claim_given_its_time_differs_by_that_time_alone():
+    """The claims a test sends with its own time (not written out) are the written ones
+    with `coalesce(%(now)s, now())` where those read the database's clock: now() in a
+    plain claim, statement_timestamp() in a limited one."""
+    given, written = claim_text.variants(given_now=True), claim_text.variants()
+    assert given.keys() == written.keys()
+    for name, text in given.items():
+        own = "statement_timestamp()" if name.startswith("limited") else "now()"
+        assert "coalesce(%(now)s, now())" in text
+        assert text.replace("coalesce(%(now)s, now())", own) == written[name], name
 
 
 def test_the_claims_a_drain_sends_are_among_the_variants(conn, monkeypatch):

@@ -2,7 +2,7 @@
 -- priority, and the claim of queues with limits (limited_sql), which takes at most what
 -- their limits leave, under limits_lock. A statement may hold another as a subquery,
 -- written (:name), from this file or another; storage/claim.py swaps some parts for
--- others. Every text these make is written out in claims.generated.sql.
+-- others. Every text these make is written out in the claims.*.generated.sql files.
 
 -- name: claim
 -- The classic SKIP LOCKED claim, for several queues at once: `next` picks the rows and
